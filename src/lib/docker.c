@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Docker Engine API client over libcurl: unix socket by default, DOCKER_HOST
+ * (unix://, tcp://, TLS with DOCKER_TLS_VERIFY/DOCKER_CERT_PATH) when set.
+ * Replies are untrusted: bodies are capped and only parsed as JSON.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nbrun-private.h"
+
+/* The API we are written against; older engines are refused below. */
+#define DOCKER_API_MAX "1.41"
+#define DOCKER_API_MIN_MINOR 30
+#define DOCKER_REPLY_MAX (4u << 20)
+#define DOCKER_DEFAULT_TIMEOUT_MS 30000L
+
+struct nbrun__docker {
+	struct nbrun_ctx *ctx;
+	CURL *curl;
+	char *host;        /* DOCKER_HOST as given, for messages */
+	char *base_url;    /* "http://localhost" for unix sockets */
+	char *socket_path; /* NULL for tcp */
+	char *cert_dir;    /* TLS material, when verifying */
+	bool tls;
+	char api[16];
+	char errbuf[CURL_ERROR_SIZE];
+	const volatile sig_atomic_t *cancel;
+};
+
+static pthread_once_t docker_once = PTHREAD_ONCE_INIT;
+static void docker_global_init(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- connection ---------------------------------------------------------- */
+
+static int docker_parse_host(struct nbrun__docker *d)
+{
+	const char *h = getenv("DOCKER_HOST");
+	const char *verify = getenv("DOCKER_TLS_VERIFY");
+	const char *certs = getenv("DOCKER_CERT_PATH");
+
+	if (!h || !*h)
+		h = "unix:///var/run/docker.sock";
+	d->host = strdup(h);
+	if (!d->host)
+		return NBRUN_ENOMEM;
+	if (!strncmp(h, "unix://", 7)) {
+		d->socket_path = strdup(h + 7);
+		d->base_url = strdup("http://localhost");
+	} else if (!strncmp(h, "tcp://", 6)) {
+		d->tls = verify && *verify && strcmp(verify, "0");
+		if (asprintf(&d->base_url, "%s://%s", d->tls ? "https" : "http", h + 6) < 0)
+			d->base_url = NULL;
+		if (d->tls) {
+			const char *home = getenv("HOME");
+			if (certs && *certs)
+				d->cert_dir = strdup(certs);
+			else if (asprintf(&d->cert_dir, "%s/.docker", home ? home : "") < 0)
+				d->cert_dir = NULL;
+			if (!d->cert_dir)
+				return NBRUN_ENOMEM;
+		}
+	} else {
+		return nbrun__err(d->ctx, NBRUN_EENGINE,
+				  "DOCKER_HOST=%s is not supported: use unix:// or tcp://", h);
+	}
+	if (!d->base_url || (!strncmp(h, "unix://", 7) && !d->socket_path))
+		return NBRUN_ENOMEM;
+	return 0;
+}
+
+static int docker_check_socket(struct nbrun__docker *d)
+{
+	struct stat st;
+
+	if (!d->socket_path)
+		return 0;
+	if (stat(d->socket_path, &st) < 0) {
+		if (errno == ENOENT)
+			return nbrun__err(d->ctx, NBRUN_EENGINE,
+					  "the Docker engine is not running (no socket at %s): start it with scripts/setup or 'dockerd &'",
+					  d->socket_path);
+		return nbrun__errno(d->ctx, NBRUN_EENGINE, errno, "cannot use %s", d->socket_path);
+	}
+	if (!S_ISSOCK(st.st_mode))
+		return nbrun__err(d->ctx, NBRUN_EENGINE, "%s is not a socket", d->socket_path);
+	if (access(d->socket_path, R_OK | W_OK) < 0)
+		return nbrun__err(d->ctx, NBRUN_EENGINE,
+				  "permission denied on %s: run as root or join the docker group",
+				  d->socket_path);
+	return 0;
+}
+
+static int docker_progress(void *p, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+	struct nbrun__docker *d = p;
+
+	return d->cancel && *d->cancel ? 1 : 0;
+}
+
+struct docker_hdr {
+	char api[16];
+};
+
+static size_t docker_header_cb(char *data, size_t size, size_t n, void *p)
+{
+	struct docker_hdr *h = p;
+	size_t len = size * n;
+	static const char key[] = "api-version:";
+
+	if (len > sizeof(key) && !strncasecmp(data, key, sizeof(key) - 1)) {
+		const char *v = data + sizeof(key) - 1;
+		size_t i = 0;
+		while (v < data + len && *v == ' ')
+			v++;
+		while (v < data + len && i + 1 < sizeof(h->api) &&
+		       ((*v >= '0' && *v <= '9') || *v == '.'))
+			h->api[i++] = *v++;
+		h->api[i] = '\0';
+	}
+	return len;
+}
+
+/* Compare "1.41"-style versions by minor number (major is 1 everywhere). */
+static int docker_minor(const char *v)
+{
+	const char *dot = strchr(v, '.');
+	return (!strncmp(v, "1.", 2) && dot) ? atoi(dot + 1) : -1;
+}
+
+static int docker_negotiate(struct nbrun__docker *d)
+{
+	struct docker_hdr hdr = { "" };
+	struct buf reply = BUF_INIT(4096);
+	int status, minor;
+
+	curl_easy_setopt(d->curl, CURLOPT_HEADERFUNCTION, docker_header_cb);
+	curl_easy_setopt(d->curl, CURLOPT_HEADERDATA, &hdr);
+	d->api[0] = '\0';
+	status = nbrun__docker_request(d, "GET", "/_ping", NULL, NULL, 0, &reply, 5000);
+	curl_easy_setopt(d->curl, CURLOPT_HEADERFUNCTION, NULL);
+	curl_easy_setopt(d->curl, CURLOPT_HEADERDATA, NULL);
+	buf_free(&reply);
+	if (status < 0)
+		return status;
+	if (status != 200)
+		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine at %s answered /_ping with HTTP %d",
+				  d->host, status);
+	if (!hdr.api[0]) {
+		json_t *v = NULL;
+		status = nbrun__docker_json(d, "GET", "/version", NULL, &v, 5000);
+		if (status == 200)
+			snprintf(hdr.api, sizeof(hdr.api), "%s",
+				 json_string_value(json_object_get(v, "ApiVersion")) ?: "");
+		json_decref(v);
+	}
+	minor = docker_minor(hdr.api);
+	if (minor < 0)
+		snprintf(d->api, sizeof(d->api), "%s", DOCKER_API_MAX);
+	else if (minor < DOCKER_API_MIN_MINOR)
+		return nbrun__err(d->ctx, NBRUN_EENGINE,
+				  "the Docker engine speaks API %s; nbrun needs 1.%d or newer", hdr.api,
+				  DOCKER_API_MIN_MINOR);
+	else if (minor > docker_minor(DOCKER_API_MAX))
+		snprintf(d->api, sizeof(d->api), "%s", DOCKER_API_MAX);
+	else
+		snprintf(d->api, sizeof(d->api), "%s", hdr.api);
+	return 0;
+}
+
+int nbrun__docker_new(struct nbrun__docker **out, struct nbrun_ctx *ctx)
+{
+	struct nbrun__docker *d;
+	int rc;
+
+	*out = NULL;
+	pthread_once(&docker_once, docker_global_init);
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	d->ctx = ctx;
+	rc = docker_parse_host(d);
+	if (rc < 0)
+		goto fail;
+	rc = docker_check_socket(d);
+	if (rc < 0)
+		goto fail;
+	d->curl = curl_easy_init();
+	if (!d->curl) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "cannot initialise libcurl");
+		goto fail;
+	}
+	rc = docker_negotiate(d);
+	if (rc < 0)
+		goto fail;
+	*out = d;
+	return 0;
+fail:
+	nbrun__docker_free(d);
+	return rc;
+}
+
+void nbrun__docker_free(struct nbrun__docker *d)
+{
+	if (!d)
+		return;
+	if (d->curl)
+		curl_easy_cleanup(d->curl);
+	free(d->host);
+	free(d->base_url);
+	free(d->socket_path);
+	free(d->cert_dir);
+	free(d);
+}
+
+void nbrun__docker_set_cancel(struct nbrun__docker *d, const volatile sig_atomic_t *cancel)
+{
+	d->cancel = cancel;
+}
+
+const char *nbrun__docker_api_version(const struct nbrun__docker *d)
+{
+	return d->api;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static size_t docker_body_cb(char *data, size_t size, size_t n, void *p)
+{
+	struct buf *b = p;
+	size_t len = size * n;
+
+	/* Past the cap the rest is dropped: replies we read are small by nature. */
+	if (buf_append(b, data, len) == -ENOMEM)
+		return 0;
+	return len;
+}
+
+struct docker_sink {
+	int fd;
+	uint64_t written;
+	uint64_t max;
+	bool cut;
+	int err;
+};
+
+static size_t docker_fd_cb(char *data, size_t size, size_t n, void *p)
+{
+	struct docker_sink *s = p;
+	size_t len = size * n;
+	int rc;
+
+	if (s->written + len > s->max) {
+		s->cut = true;
+		return 0;
+	}
+	rc = nbrun__write_all(s->fd, data, len);
+	if (rc < 0) {
+		s->err = -rc;
+		return 0;
+	}
+	s->written += len;
+	return len;
+}
+
+static int docker_setup(struct nbrun__docker *d, const char *method, const char *path,
+			long timeout_ms, struct curl_slist **hdrs, const char *content_type)
+{
+	char url[2048];
+	CURL *c = d->curl;
+
+	if (path[0] == '/' && strncmp(path, "/_ping", 6))
+		snprintf(url, sizeof(url), "%s/v%s%s", d->base_url, d->api, path);
+	else
+		snprintf(url, sizeof(url), "%s%s", d->base_url, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, d->errbuf);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : DOCKER_DEFAULT_TIMEOUT_MS);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, docker_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, d);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (d->socket_path)
+		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
+	if (d->tls) {
+		char p[4096];
+		snprintf(p, sizeof(p), "%s/ca.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_CAINFO, p);
+		snprintf(p, sizeof(p), "%s/cert.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_SSLCERT, p);
+		snprintf(p, sizeof(p), "%s/key.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_SSLKEY, p);
+	}
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (!strcmp(method, "HEAD"))
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	else
+		curl_easy_setopt(c, CURLOPT_NOBODY, 0L);
+	*hdrs = curl_slist_append(NULL, "Expect:");
+	if (content_type) {
+		char h[128];
+		snprintf(h, sizeof(h), "Content-Type: %s", content_type);
+		*hdrs = curl_slist_append(*hdrs, h);
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs);
+	d->errbuf[0] = '\0';
+	return 0;
+}
+
+static int docker_perform(struct nbrun__docker *d, const char *method, const char *path)
+{
+	CURLcode cc = curl_easy_perform(d->curl);
+	long status = 0;
+
+	if (cc == CURLE_OK) {
+		curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, &status);
+		return (int)status;
+	}
+	if (cc == CURLE_ABORTED_BY_CALLBACK)
+		return nbrun__err(d->ctx, NBRUN_ECANCELLED, "interrupted");
+	if (cc == CURLE_OPERATION_TIMEDOUT)
+		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine did not answer %s %s in time: %s",
+				  method, path, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
+	return nbrun__err(d->ctx, NBRUN_EENGINE,
+			  "cannot reach the Docker engine at %s (%s): start it with scripts/setup or 'dockerd &'",
+			  d->host, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
+}
+
+int nbrun__docker_request(struct nbrun__docker *d, const char *method, const char *path,
+			  const char *content_type, const void *body, size_t body_len,
+			  struct buf *reply, long timeout_ms)
+{
+	struct curl_slist *hdrs = NULL;
+	int status;
+
+	docker_setup(d, method, path, timeout_ms, &hdrs, content_type);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, docker_body_cb);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, reply);
+	if (body || !strcmp(method, "POST") || !strcmp(method, "PUT")) {
+		curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, body ? body : "");
+		curl_easy_setopt(d->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+		curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
+	}
+	status = docker_perform(d, method, path);
+	curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hdrs);
+	return status;
+}
+
+/* Turn an engine error reply into the context message. */
+static void docker_reply_message(struct nbrun__docker *d, int status, const char *method,
+				 const char *path, const struct buf *reply)
+{
+	json_t *j = reply->len ? json_loadb(reply->data, reply->len, 0, NULL) : NULL;
+	const char *msg = json_string_value(json_object_get(j, "message"));
+
+	nbrun__err(d->ctx, NBRUN_EENGINE, "Docker engine: %s %s: HTTP %d%s%.300s", method, path,
+		   status, msg ? ": " : "", msg ? msg : "");
+	json_decref(j);
+}
+
+int nbrun__docker_json(struct nbrun__docker *d, const char *method, const char *path,
+		       const json_t *body, json_t **reply_json, long timeout_ms)
+{
+	struct buf reply = BUF_INIT(DOCKER_REPLY_MAX);
+	char *text = NULL;
+	int status;
+
+	if (reply_json)
+		*reply_json = NULL;
+	if (body) {
+		text = json_dumps(body, JSON_COMPACT);
+		if (!text)
+			return nbrun__err(d->ctx, NBRUN_ENOMEM, "out of memory");
+	}
+	status = nbrun__docker_request(d, method, path, body ? "application/json" : NULL, text,
+				       text ? strlen(text) : 0, &reply, timeout_ms);
+	free(text);
+	if (status < 0)
+		goto out;
+	if (status >= 400)
+		docker_reply_message(d, status, method, path, &reply);
+	else if (reply_json && reply.len)
+		*reply_json = json_loadb(reply.data, reply.len, 0, NULL);
+out:
+	buf_free(&reply);
+	return status;
+}
+
+int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, uint64_t max_bytes,
+			   long timeout_ms)
+{
+	struct curl_slist *hdrs = NULL;
+	struct docker_sink sink = { fd, 0, max_bytes, false, 0 };
+	int status;
+
+	docker_setup(d, "GET", path, timeout_ms, &hdrs, NULL);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, docker_fd_cb);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, &sink);
+	status = docker_perform(d, "GET", path);
+	curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hdrs);
+	if (sink.cut)
+		return 1;
+	if (sink.err)
+		return nbrun__errno(d->ctx, NBRUN_EIO, sink.err, "cannot spool %s", path);
+	if (status < 0)
+		return status;
+	if (status == 404)
+		return nbrun__err(d->ctx, NBRUN_ENOTFOUND, "not found in the container: %s", path);
+	if (status != 200)
+		return nbrun__err(d->ctx, NBRUN_EENGINE, "Docker engine: GET %s: HTTP %d", path, status);
+	return 0;
+}
+
+struct docker_marker {
+	char window[256]; /* tail of the stream, for a marker split across reads */
+	size_t len;
+	const char *marker;
+	bool found;
+	int code;
+};
+
+static size_t docker_marker_cb(char *data, size_t size, size_t n, void *p)
+{
+	struct docker_marker *m = p;
+	size_t len = size * n, mlen = strlen(m->marker);
+
+	while (len) {
+		size_t take = len < sizeof(m->window) - 1 - m->len ? len : sizeof(m->window) - 1 - m->len;
+		char *hit, *nl;
+
+		memcpy(m->window + m->len, data, take);
+		m->len += take;
+		m->window[m->len] = '\0';
+		data += take;
+		len -= take;
+		hit = memmem(m->window, m->len, m->marker, mlen);
+		if (hit && (nl = memchr(hit, '\n', m->len - (size_t)(hit - m->window)))) {
+			m->code = atoi(hit + mlen);
+			m->found = true;
+			return 0; /* stop the transfer */
+		}
+		if (m->len == sizeof(m->window) - 1) {
+			/* Keep the tail only: the marker is shorter than half the window. */
+			memmove(m->window, m->window + m->len / 2, m->len - m->len / 2);
+			m->len -= m->len / 2;
+		}
+	}
+	return size * n;
+}
+
+int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
+			      int *code, long timeout_ms)
+{
+	struct curl_slist *hdrs = NULL;
+	struct docker_marker m;
+	char path[256];
+	CURLcode cc;
+
+	memset(&m, 0, sizeof(m));
+	m.marker = marker;
+	snprintf(path, sizeof(path), "/containers/%s/logs?follow=1&stdout=1&stderr=0", container);
+	docker_setup(d, "GET", path, timeout_ms, &hdrs, NULL);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, docker_marker_cb);
+	curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, &m);
+	cc = curl_easy_perform(d->curl);
+	curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hdrs);
+	if (m.found) {
+		*code = m.code;
+		return 1;
+	}
+	if (cc == CURLE_OK)
+		return 0;
+	if (cc == CURLE_OPERATION_TIMEDOUT)
+		return 2;
+	if (cc == CURLE_ABORTED_BY_CALLBACK)
+		return nbrun__err(d->ctx, NBRUN_ECANCELLED, "interrupted");
+	return nbrun__err(d->ctx, NBRUN_EENGINE, "lost the Docker engine while waiting (%s)",
+			  d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
+}

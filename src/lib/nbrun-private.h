@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/* Interfaces between libnbrun's modules; nothing here is exported. */
+#ifndef NBRUN_PRIVATE_H
+#define NBRUN_PRIVATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "nbrun.h"
+#include "buf.h"
+
+#define NBRUN_DEFAULT_MAX_OUTPUT 20000
+#define NBRUN_DEFAULT_MAX_OUTPUTS 1000
+#define NBRUN_DEFAULT_MAX_IMAGES 100
+#define NBRUN_DEFAULT_MAX_IMAGE_BYTES (50ULL << 20)
+#define NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES (256ULL << 20)
+#define NBRUN_DEFAULT_MAX_FILE_BYTES (256ULL << 20)
+#define NBRUN_DEFAULT_MAX_FILES 1000
+/* Tar entries from the container: path depth and name length caps. */
+#define NBRUN_MAX_PATH_DEPTH 32
+#define NBRUN_MAX_NAME_BYTES 255
+#define NBRUN_MAX_PATH_BYTES 1024
+
+#define NBRUN_LABEL "nbrun.run"
+
+/* ---- ctx.c --------------------------------------------------------------- */
+
+struct nbrun_ctx {
+	char errmsg[512];
+};
+
+/* Set the context's one-line message (newlines folded) and return code. */
+int nbrun__err(struct nbrun_ctx *ctx, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Like nbrun__err, appending ": strerror(errnum)". */
+int nbrun__errno(struct nbrun_ctx *ctx, int code, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- result.c ------------------------------------------------------------ */
+
+/*
+ * The result is its JSON document (schemas/result.schema.json); accessors
+ * read from it. Builders below keep the document's shape in one place.
+ */
+struct nbrun_result {
+	json_t *doc;
+};
+
+int nbrun__result_new(struct nbrun_result **out, const char *run_id);
+void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message);
+/* Record something that was not exported or was cut: {"path","reason"}. */
+int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *reason);
+/* Set truncated:true. */
+void nbrun__result_flag_truncated(struct nbrun_result *r);
+/* Write result.json into dirfd (0600, replacing). */
+int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int dirfd);
+
+/* ---- outputs.c: executed notebook -> result -------------------------------- */
+
+struct nbrun__limits {
+	size_t max_output;
+	size_t max_outputs;
+	size_t max_images;
+	uint64_t max_image_bytes;
+	uint64_t max_notebook_bytes;
+};
+void nbrun__limits_resolve(struct nbrun__limits *out, const struct nbrun_parse_limits *in);
+
+/*
+ * Load and validate a notebook file (size cap, JSON, nbformat 4.x).
+ * dirfd/name: file relative to a directory (AT_FDCWD for a path).
+ */
+int nbrun__notebook_load(json_t **out, struct nbrun_ctx *ctx, int dirfd, const char *name,
+			 uint64_t max_bytes);
+/* Same for a notebook already in memory. */
+int nbrun__notebook_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data, size_t len,
+			  uint64_t max_bytes);
+
+/*
+ * Fill r from an executed notebook: status ok/error, stdout, stderr,
+ * outputs, results, error, images (decoded into out_dirfd/images/ when
+ * out_dirfd >= 0), truncated, skipped.
+ */
+int nbrun__outputs_parse(struct nbrun_ctx *ctx, struct nbrun_result *r, const json_t *nb,
+			 int out_dirfd, const struct nbrun__limits *lim);
+
+/* ---- notebook.c: code -> notebook ------------------------------------------ */
+
+/* Split code on "# %%" lines into nbformat 4.5 code cells. */
+int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *code);
+
+/* ---- export.c: safe writes under the output directory ---------------------- */
+
+/*
+ * Validate a relative path from untrusted input: no "..", no absolute path,
+ * no empty or control-character components, depth and length capped.
+ * Returns NULL when fine, else a short reason.
+ */
+const char *nbrun__path_reject_reason(const char *path);
+/*
+ * Open (creating parents as real directories, never following symlinks)
+ * path below dirfd for writing; O_EXCL so nothing existing is replaced.
+ * Returns an fd or -errno.
+ */
+int nbrun__export_open(int dirfd, const char *path, mode_t mode);
+/* Open or create directory path below dirfd (no symlinks). fd or -errno. */
+int nbrun__export_mkdirs(int dirfd, const char *path);
+/* Write all of buf to fd; 0 or -errno. */
+int nbrun__write_all(int fd, const void *buf, size_t len);
+
+/* ---- tarball.c ------------------------------------------------------------- */
+
+struct nbrun__tar;
+/* An uncompressed tar built in memory; entries owned by uid/gid. */
+int nbrun__tar_new(struct nbrun__tar **out, unsigned int uid, unsigned int gid, size_t max_bytes);
+void nbrun__tar_free(struct nbrun__tar *t);
+int nbrun__tar_add_data(struct nbrun__tar *t, const char *name, const void *data, size_t len);
+/* Add a host file or directory tree (regular files and directories only). */
+int nbrun__tar_add_path(struct nbrun_ctx *ctx, struct nbrun__tar *t, const char *host_path,
+			const char *name);
+int nbrun__tar_finish(struct nbrun__tar *t, const void **data, size_t *len);
+
+/* Read side: a downloaded archive, entries handed to a sink. */
+struct nbrun__tar_entry {
+	const char *path;    /* as stored in the archive */
+	int type;            /* AE_IFREG, AE_IFDIR, AE_IFLNK, ... */
+	int64_t size;
+	bool hardlink;
+	const char *link;    /* symlink or hardlink target, else NULL */
+};
+struct nbrun__tar_sink {
+	/* Per entry: return an fd (>= 0) to receive its data, -1 to skip it, < -1 to stop. */
+	int (*entry)(const struct nbrun__tar_entry *e, void *payload);
+	/* After data went to the fd entry() returned; complete=false when cut at a cap or failed. */
+	void (*done)(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
+		     void *payload);
+	void *payload;
+	uint64_t max_entry_bytes; /* data beyond this is not written (complete=false) */
+	size_t max_entries;       /* entries beyond this stop the walk (returns 1) */
+};
+/* Walk an uncompressed tar read from fd. 0 done, 1 stopped at max_entries, <0 error. */
+int nbrun__tar_extract(struct nbrun_ctx *ctx, int fd, const struct nbrun__tar_sink *sink);
+
+/* ---- docker.c: Docker Engine API over libcurl ------------------------------ */
+
+struct nbrun__docker;
+int nbrun__docker_new(struct nbrun__docker **out, struct nbrun_ctx *ctx);
+void nbrun__docker_free(struct nbrun__docker *d);
+/* Abort a blocking call (wait, download) when *cancel becomes non-zero. */
+void nbrun__docker_set_cancel(struct nbrun__docker *d, const volatile sig_atomic_t *cancel);
+
+/*
+ * One request. body may be NULL. The reply body is kept in reply (capped at
+ * its max); timeout_ms 0 means the default (30 s). Returns the HTTP status
+ * (>= 100) or a negative NBRUN_E code with the context message set.
+ */
+int nbrun__docker_request(struct nbrun__docker *d, const char *method, const char *path,
+			  const char *content_type, const void *body, size_t body_len,
+			  struct buf *reply, long timeout_ms);
+/* Same with a JSON body and JSON reply (*reply_json may be NULL on empty body). */
+int nbrun__docker_json(struct nbrun__docker *d, const char *method, const char *path,
+		       const json_t *body, json_t **reply_json, long timeout_ms);
+/* GET path (an archive) into fd, at most max_bytes. 0 or <0. */
+int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, uint64_t max_bytes,
+			   long timeout_ms);
+/*
+ * Follow the container's stdout until a line "MARKER<code>" appears (1, code
+ * set), the stream ends because the container stopped (0), or timeout_ms
+ * passes (2). Negative on engine failure or cancel.
+ */
+int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
+			      int *code, long timeout_ms);
+/* Negotiated API version, e.g. "1.41". */
+const char *nbrun__docker_api_version(const struct nbrun__docker *d);
+
+/* ---- gc.c ----------------------------------------------------------------- */
+
+/*
+ * Remove containers and volumes of runs whose nbrun process on this host is
+ * gone (killed with SIGKILL, say). Cheap: one listing each. When
+ * older_than_s >= 0, also everything labelled and at least that old.
+ * Returns the number removed or a negative code.
+ */
+int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx);
+int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s);
+
+#endif /* NBRUN_PRIVATE_H */

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libnbrun: run Python code in a locked-down Jupyter container and collect
+ * everything it produced (text, results, errors, images, files).
+ *
+ * Conventions
+ *  - Functions return 0 on success or a negative NBRUN_E* code. The one-line
+ *    human message for the last failure is on the context:
+ *    nbrun_ctx_errmsg().
+ *  - Output parameters come first and are named out; on failure *out is left
+ *    NULL. Objects returned through out belong to the caller and are released
+ *    with the matching _free(), which accepts NULL.
+ *  - Option structs carry a version and are initialised with their
+ *    _OPTIONS_INIT macro so that new fields get safe defaults.
+ *  - Everything the container sends back is untrusted: it is bounded and
+ *    validated before use, and bad input yields an error, never a crash.
+ */
+#ifndef NBRUN_H
+#define NBRUN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NBRUN_EXPORT __attribute__((visibility("default")))
+
+/** Error codes. Only the failures a caller branches on get their own code. */
+enum nbrun_error {
+	NBRUN_OK = 0,
+	NBRUN_EGENERIC = -1,   /**< anything else; see nbrun_ctx_errmsg() */
+	NBRUN_ENOMEM = -2,     /**< out of memory on the host */
+	NBRUN_EINVAL = -3,     /**< an argument or option makes no sense */
+	NBRUN_ENOTFOUND = -4,  /**< a named file does not exist */
+	NBRUN_EENGINE = -5,    /**< the Docker engine is unreachable or refused */
+	NBRUN_ENOIMAGE = -6,   /**< the runtime image is not on the engine */
+	NBRUN_EPARSE = -7,     /**< a notebook or reply is malformed or too large */
+	NBRUN_EIO = -8,        /**< reading or writing a local file failed */
+	NBRUN_ECANCELLED = -9, /**< the caller's cancel flag was raised */
+};
+
+/** How a run ended. */
+enum nbrun_status {
+	NBRUN_STATUS_OK = 0,  /**< every cell ran and none raised */
+	NBRUN_STATUS_ERROR,   /**< a cell raised (the run still went on) */
+	NBRUN_STATUS_TIMEOUT, /**< the wall-clock deadline killed the run */
+	NBRUN_STATUS_OOM,     /**< the sandbox ran out of memory */
+	NBRUN_STATUS_FAILED,  /**< the run could not complete (engine, kernel death, bad notebook) */
+};
+
+/** Library version, e.g. "0.1.0". */
+NBRUN_EXPORT const char *nbrun_version(void);
+
+/** Name of a status as used in result documents ("ok", "error", ...). */
+NBRUN_EXPORT const char *nbrun_status_name(enum nbrun_status status);
+
+/* ---- context ----------------------------------------------------------- */
+
+/** Library context: holds the last error message. Not shared across threads. */
+struct nbrun_ctx;
+
+/**
+ * Create a context.
+ * @param out  receives the new context; release with nbrun_ctx_free()
+ * @return 0 or NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_ctx_new(struct nbrun_ctx **out);
+
+/** Release a context (NULL is fine). */
+NBRUN_EXPORT void nbrun_ctx_free(struct nbrun_ctx *ctx);
+
+/** One-line message describing the last failure on ctx ("" when none). */
+NBRUN_EXPORT const char *nbrun_ctx_errmsg(const struct nbrun_ctx *ctx);
+
+/* ---- results ------------------------------------------------------------- */
+
+/**
+ * The result of a run or a parse: the document described by
+ * schemas/result.schema.json plus accessors for the common fields.
+ * Strings returned by accessors are owned by the result.
+ */
+struct nbrun_result;
+
+NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *result);
+NBRUN_EXPORT enum nbrun_status nbrun_result_status(const struct nbrun_result *result);
+/** The run id (also the suffix of the default output directory). */
+NBRUN_EXPORT const char *nbrun_result_run_id(const struct nbrun_result *result);
+/** One-line explanation for timeout/oom/failed, or NULL. */
+NBRUN_EXPORT const char *nbrun_result_message(const struct nbrun_result *result);
+/** Bounded stdout / stderr of all cells, ANSI escapes removed. Never NULL. */
+NBRUN_EXPORT const char *nbrun_result_stdout(const struct nbrun_result *result);
+NBRUN_EXPORT const char *nbrun_result_stderr(const struct nbrun_result *result);
+/** Number of last-expression values; nbrun_result_value() gets the i-th text/plain. */
+NBRUN_EXPORT size_t nbrun_result_value_count(const struct nbrun_result *result);
+NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *result, size_t i);
+/**
+ * The first error a cell raised.
+ * @return 1 and fills name/value/traceback (any may be NULL) when there is
+ *         one, 0 otherwise.
+ */
+NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *result, const char **name,
+				    const char **value, const char **traceback);
+/** Images written, as paths relative to the output directory. */
+NBRUN_EXPORT size_t nbrun_result_image_count(const struct nbrun_result *result);
+NBRUN_EXPORT const char *nbrun_result_image_path(const struct nbrun_result *result, size_t i);
+/** Files exported from /mnt/data, as paths relative to the output directory. */
+NBRUN_EXPORT size_t nbrun_result_file_count(const struct nbrun_result *result);
+NBRUN_EXPORT const char *nbrun_result_file_path(const struct nbrun_result *result, size_t i);
+/** Entries that were not exported (unsafe or over a cap), with reasons. */
+NBRUN_EXPORT size_t nbrun_result_skipped_count(const struct nbrun_result *result);
+/** Output directory of the run (absolute), or NULL. */
+NBRUN_EXPORT const char *nbrun_result_out_dir(const struct nbrun_result *result);
+
+/**
+ * Serialise the result document.
+ * @param out     receives a NUL-terminated JSON text; free() it
+ * @param pretty  non-zero for indented output
+ * @return 0 or NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_result_to_json(char **out, const struct nbrun_result *result, int pretty);
+
+/* ---- limits shared by run and parse ------------------------------------ */
+
+/** Bounds on what is taken from an executed notebook. 0 means the default. */
+struct nbrun_parse_limits {
+	size_t max_output;           /**< bytes of text per stream for a model (20000) */
+	size_t max_outputs;          /**< output entries listed in the result (1000) */
+	size_t max_images;           /**< images written (100) */
+	uint64_t max_image_bytes;    /**< decoded bytes of one image (50 MiB) */
+	uint64_t max_notebook_bytes; /**< size of the executed notebook (256 MiB) */
+};
+
+/* ---- parse --------------------------------------------------------------- */
+
+struct nbrun_parse_options {
+	unsigned int version;
+	/** Directory for result.json, notebook copy and images/ (created). NULL: only the result. */
+	const char *out_dir;
+	struct nbrun_parse_limits limits;
+};
+#define NBRUN_PARSE_OPTIONS_VERSION 1
+#define NBRUN_PARSE_OPTIONS_INIT { NBRUN_PARSE_OPTIONS_VERSION, NULL, { 0, 0, 0, 0, 0 } }
+
+/**
+ * Read an executed notebook (no engine needed) and build its result:
+ * outputs, text, errors and images (written under out_dir/images/).
+ * @param out   receives the result; nbrun_result_free()
+ * @param path  the .ipynb to read
+ * @return 0; NBRUN_ENOTFOUND, NBRUN_EPARSE (malformed, unsupported nbformat,
+ *         too large), NBRUN_EIO, NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *ctx,
+				  const char *path, const struct nbrun_parse_options *opts);
+
+/* ---- run ----------------------------------------------------------------- */
+
+/** Progress events, for a caller that shows what is going on. */
+enum nbrun_phase {
+	NBRUN_PHASE_CONNECT,
+	NBRUN_PHASE_CREATE,
+	NBRUN_PHASE_UPLOAD,
+	NBRUN_PHASE_EXECUTE,
+	NBRUN_PHASE_DOWNLOAD,
+	NBRUN_PHASE_PARSE,
+	NBRUN_PHASE_CLEANUP,
+};
+typedef void (*nbrun_progress_cb)(enum nbrun_phase phase, void *payload);
+
+struct nbrun_run_options {
+	unsigned int version;
+	const char *image;          /**< runtime image ("jupyter-runtime:<version>", falling back to ":latest") */
+	uint64_t timeout_ms;        /**< wall clock for the whole run (60 s) */
+	uint64_t cell_timeout_ms;   /**< one cell (0: the wall clock less a margin) */
+	uint64_t memory_bytes;      /**< memory, swap equal (1 GiB) */
+	uint64_t nano_cpus;         /**< CPU share in 1e-9 CPUs (1 CPU) */
+	int64_t pids;               /**< process limit (256) */
+	uint64_t disk_bytes;        /**< size of /mnt/data (512 MiB) */
+	const char *network;        /**< "none" (default) or "bridge" */
+	const char *const *env;     /**< "KEY=VALUE" strings; nothing else leaks in */
+	size_t env_count;
+	const char *const *files;   /**< host files or directories uploaded to /mnt/data/<name> */
+	size_t file_count;
+	/** Output directory (created; must not exist or be empty). NULL: ./nbrun-out/<run-id>. */
+	const char *out_dir;
+	struct nbrun_parse_limits limits;
+	/** Limits on what is exported from /mnt/data. 0 means the default. */
+	uint64_t max_file_bytes;    /**< total bytes exported (256 MiB) */
+	size_t max_files;           /**< entries exported (1000) */
+	nbrun_progress_cb progress;
+	void *payload;
+	/** When non-NULL and raised (non-zero), the run stops, cleans up and returns NBRUN_ECANCELLED. */
+	const volatile sig_atomic_t *cancel;
+};
+#define NBRUN_RUN_OPTIONS_VERSION 1
+#define NBRUN_RUN_OPTIONS_INIT                                                                   \
+	{                                                                                        \
+		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
+			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
+			NULL, NULL                                                               \
+	}
+
+/**
+ * Run Python code in a fresh container and collect its results.
+ * "# %%" lines split the code into cells, so an error in one cell keeps the
+ * outputs of the cells before it.
+ *
+ * A run that started always yields a result (status ok, error, timeout, oom
+ * or failed), and the container and its volumes are removed whatever
+ * happened.
+ * @param out   receives the result; nbrun_result_free()
+ * @param code  NUL-terminated Python source
+ * @return 0 when a result was produced (check its status);
+ *         NBRUN_EINVAL (bad options), NBRUN_ENOTFOUND (input file),
+ *         NBRUN_EENGINE, NBRUN_ENOIMAGE, NBRUN_ECANCELLED, NBRUN_EIO,
+ *         NBRUN_ENOMEM when no run could be made.
+ */
+NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *code,
+				const struct nbrun_run_options *opts);
+
+/**
+ * Run an existing notebook (nbformat 4 JSON) like nbrun_run_code().
+ * @param notebook  the notebook text
+ * @param len       its length in bytes
+ */
+NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx *ctx,
+				    const char *notebook, size_t len,
+				    const struct nbrun_run_options *opts);
+
+/**
+ * Remove containers and volumes left by earlier runs (for example after
+ * nbrun was killed with SIGKILL). Only objects labelled nbrun.run are
+ * touched.
+ * @param removed      receives the number of containers and volumes removed (may be NULL)
+ * @param older_than_s only objects created at least this many seconds ago
+ * @return 0, NBRUN_EENGINE
+ */
+NBRUN_EXPORT int nbrun_gc(unsigned int *removed, struct nbrun_ctx *ctx, unsigned int older_than_s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NBRUN_H */

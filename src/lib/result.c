@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/* The result document and its accessors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nbrun-private.h"
+
+int nbrun__result_new(struct nbrun_result **out, const char *run_id)
+{
+	struct nbrun_result *r;
+
+	*out = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NBRUN_ENOMEM;
+	r->doc = json_pack("{s:s, s:s, s:s, s:n, s:s, s:s, s:[], s:[], s:n, s:[], s:[], s:[], s:n, s:n, s:I, s:b, s:i}",
+			   "nbrun", NBRUN_VERSION, "run_id", run_id ? run_id : "", "status", "ok",
+			   "message", "stdout", "", "stderr", "", "outputs", "results", "error",
+			   "images", "files", "skipped", "notebook", "out_dir", "duration_ms",
+			   (json_int_t)0, "truncated", 0, "cells", 0);
+	if (!r->doc) {
+		free(r);
+		return NBRUN_ENOMEM;
+	}
+	*out = r;
+	return 0;
+}
+
+NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *r)
+{
+	if (!r)
+		return;
+	json_decref(r->doc);
+	free(r);
+}
+
+void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message)
+{
+	json_object_set_new(r->doc, "status", json_string(nbrun_status_name(st)));
+	json_object_set_new(r->doc, "message", message ? json_string(message) : json_null());
+}
+
+int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *reason)
+{
+	json_t *arr = json_object_get(r->doc, "skipped");
+	json_t *e;
+
+	/* The list itself is bounded: past the cap, one summary entry counts the rest. */
+	if (json_array_size(arr) >= NBRUN_DEFAULT_MAX_FILES) {
+		json_t *last = json_array_get(arr, json_array_size(arr) - 1);
+		json_int_t more = json_integer_value(json_object_get(last, "count"));
+		if (!json_object_get(last, "count")) {
+			last = json_pack("{s:s, s:s, s:I}", "path", "...", "reason",
+					 "more entries skipped", (json_int_t)1);
+			return last ? json_array_append_new(arr, last) : NBRUN_ENOMEM;
+		}
+		json_object_set_new(last, "count", json_integer(more + 1));
+		return 0;
+	}
+	/* Paths from the container may be arbitrary bytes: keep only valid UTF-8. */
+	e = json_pack("{s:s%, s:s}", "path", path, strlen(path), "reason", reason);
+	if (!e)
+		e = json_pack("{s:s, s:s}", "path", "(name not valid UTF-8)", "reason", reason);
+	if (!e || json_array_append_new(arr, e) < 0)
+		return NBRUN_ENOMEM;
+	return 0;
+}
+
+void nbrun__result_flag_truncated(struct nbrun_result *r)
+{
+	json_object_set_new(r->doc, "truncated", json_true());
+}
+
+int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int dirfd)
+{
+	char *text = json_dumps(r->doc, JSON_INDENT(2));
+	int fd, rc;
+
+	if (!text)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "cannot serialise the result");
+	unlinkat(dirfd, "result.json.tmp", 0);
+	fd = openat(dirfd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		    0644);
+	if (fd < 0) {
+		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot write result.json");
+		goto out;
+	}
+	rc = nbrun__write_all(fd, text, strlen(text));
+	if (rc == 0)
+		rc = nbrun__write_all(fd, "\n", 1);
+	close(fd);
+	if (rc < 0 || renameat(dirfd, "result.json.tmp", dirfd, "result.json") < 0) {
+		rc = nbrun__errno(ctx, NBRUN_EIO, rc < 0 ? -rc : errno, "cannot write result.json");
+		goto out;
+	}
+	rc = 0;
+out:
+	free(text);
+	return rc;
+}
+
+static const char *result_str(const struct nbrun_result *r, const char *key)
+{
+	return json_string_value(json_object_get(r->doc, key));
+}
+
+NBRUN_EXPORT enum nbrun_status nbrun_result_status(const struct nbrun_result *r)
+{
+	const char *s = result_str(r, "status");
+	enum nbrun_status st;
+
+	for (st = NBRUN_STATUS_OK; s && st <= NBRUN_STATUS_FAILED; st++)
+		if (!strcmp(s, nbrun_status_name(st)))
+			return st;
+	return NBRUN_STATUS_FAILED;
+}
+
+NBRUN_EXPORT const char *nbrun_result_run_id(const struct nbrun_result *r)
+{
+	return result_str(r, "run_id");
+}
+
+NBRUN_EXPORT const char *nbrun_result_message(const struct nbrun_result *r)
+{
+	return result_str(r, "message");
+}
+
+NBRUN_EXPORT const char *nbrun_result_stdout(const struct nbrun_result *r)
+{
+	const char *s = result_str(r, "stdout");
+	return s ? s : "";
+}
+
+NBRUN_EXPORT const char *nbrun_result_stderr(const struct nbrun_result *r)
+{
+	const char *s = result_str(r, "stderr");
+	return s ? s : "";
+}
+
+NBRUN_EXPORT size_t nbrun_result_value_count(const struct nbrun_result *r)
+{
+	return json_array_size(json_object_get(r->doc, "results"));
+}
+
+NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *r, size_t i)
+{
+	json_t *v = json_array_get(json_object_get(r->doc, "results"), i);
+	return json_string_value(json_object_get(v, "text"));
+}
+
+NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *r, const char **name,
+				    const char **value, const char **traceback)
+{
+	json_t *e = json_object_get(r->doc, "error");
+
+	if (!json_is_object(e))
+		return 0;
+	if (name)
+		*name = json_string_value(json_object_get(e, "name"));
+	if (value)
+		*value = json_string_value(json_object_get(e, "value"));
+	if (traceback)
+		*traceback = json_string_value(json_object_get(e, "traceback"));
+	return 1;
+}
+
+static const char *result_list_path(const struct nbrun_result *r, const char *key, size_t i)
+{
+	return json_string_value(json_object_get(json_array_get(json_object_get(r->doc, key), i), "path"));
+}
+
+NBRUN_EXPORT size_t nbrun_result_image_count(const struct nbrun_result *r)
+{
+	return json_array_size(json_object_get(r->doc, "images"));
+}
+
+NBRUN_EXPORT const char *nbrun_result_image_path(const struct nbrun_result *r, size_t i)
+{
+	return result_list_path(r, "images", i);
+}
+
+NBRUN_EXPORT size_t nbrun_result_file_count(const struct nbrun_result *r)
+{
+	return json_array_size(json_object_get(r->doc, "files"));
+}
+
+NBRUN_EXPORT const char *nbrun_result_file_path(const struct nbrun_result *r, size_t i)
+{
+	return result_list_path(r, "files", i);
+}
+
+NBRUN_EXPORT size_t nbrun_result_skipped_count(const struct nbrun_result *r)
+{
+	return json_array_size(json_object_get(r->doc, "skipped"));
+}
+
+NBRUN_EXPORT const char *nbrun_result_out_dir(const struct nbrun_result *r)
+{
+	return result_str(r, "out_dir");
+}
+
+NBRUN_EXPORT int nbrun_result_to_json(char **out, const struct nbrun_result *r, int pretty)
+{
+	*out = json_dumps(r->doc, pretty ? JSON_INDENT(2) : JSON_COMPACT);
+	return *out ? 0 : NBRUN_ENOMEM;
+}

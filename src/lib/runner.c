@@ -1,0 +1,998 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One execution end to end: notebook in, hardened container, upload, run
+ * with a wall-clock deadline, download, parse, export, and removal of the
+ * container and its volumes whatever happened.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <archive_entry.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nbrun-private.h"
+
+#define RUN_UID 1000
+#define RUN_GID 1000
+#define RUN_TMPFS_SIZE "256m"
+/* Time nbconvert needs around the cells: kernel start, reading, writing. */
+#define RUN_MARGIN_MS 4000
+#define RUN_CLEANUP_TIMEOUT_MS 20000L
+
+struct run_input {
+	char *name; /* path below /mnt/data */
+	char sha256[65];
+};
+
+struct run {
+	struct nbrun_ctx *ctx;
+	const struct nbrun_run_options *opts;
+	struct nbrun__limits lim;
+	struct nbrun__docker *docker;
+	struct nbrun_result *result;
+	char id[16];
+	char container[64];     /* name, set once created */
+	char vol_app[64];
+	char vol_data[64];
+	bool have_container, have_vol_app, have_vol_data;
+	char *image;
+	char *out_dir;          /* absolute */
+	int out_fd;
+	struct timespec t0;
+	uint64_t deadline_ms;   /* monotonic, ms */
+	struct run_input *inputs;
+	size_t n_inputs;
+	/* export state */
+	uint64_t export_bytes;
+	size_t export_count;
+	bool export_cut;
+	const char *entry_path; /* of the entry being written */
+	char *entry_rel;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void run_progress(struct run *r, enum nbrun_phase phase)
+{
+	if (r->opts->progress)
+		r->opts->progress(phase, r->opts->payload);
+}
+
+static bool run_cancelled(const struct run *r)
+{
+	return r->opts->cancel && *r->opts->cancel;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
+{
+	if (!o || o->version != NBRUN_RUN_OPTIONS_VERSION)
+		return nbrun__err(ctx, NBRUN_EINVAL, "run options missing or of another version");
+	if (o->timeout_ms == 0 || o->timeout_ms > 24ULL * 3600 * 1000)
+		return nbrun__err(ctx, NBRUN_EINVAL, "timeout must be between 1 ms and 24 h");
+	if (o->cell_timeout_ms > o->timeout_ms)
+		return nbrun__err(ctx, NBRUN_EINVAL, "cell timeout cannot exceed the timeout");
+	if (o->memory_bytes < (64ULL << 20))
+		return nbrun__err(ctx, NBRUN_EINVAL, "memory must be at least 64 MiB");
+	if (o->nano_cpus == 0 || o->nano_cpus > 1024ULL * 1000000000ULL)
+		return nbrun__err(ctx, NBRUN_EINVAL, "cpus must be positive");
+	if (o->pids <= 0)
+		return nbrun__err(ctx, NBRUN_EINVAL, "pids must be positive");
+	if (o->disk_bytes < (1ULL << 20))
+		return nbrun__err(ctx, NBRUN_EINVAL, "disk must be at least 1 MiB");
+	if (!o->network || (strcmp(o->network, "none") && strcmp(o->network, "bridge")))
+		return nbrun__err(ctx, NBRUN_EINVAL, "network must be 'none' or 'bridge'");
+	for (size_t i = 0; i < o->env_count; i++) {
+		const char *eq = o->env[i] ? strchr(o->env[i], '=') : NULL;
+		if (!eq || eq == o->env[i])
+			return nbrun__err(ctx, NBRUN_EINVAL, "environment entry '%s' is not KEY=VALUE",
+					  o->env[i] ? o->env[i] : "");
+		for (const char *p = o->env[i]; p < eq; p++)
+			if (!(*p == '_' || (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			      (p > o->env[i] && *p >= '0' && *p <= '9')))
+				return nbrun__err(ctx, NBRUN_EINVAL, "environment name in '%s' is not valid",
+						  o->env[i]);
+	}
+	return 0;
+}
+
+static int run_make_id(struct run *r)
+{
+	unsigned char raw[6];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot get random bytes");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(r->id + 2 * i, 3, "%02x", raw[i]);
+	snprintf(r->vol_app, sizeof(r->vol_app), "nbrun-%s-app", r->id);
+	snprintf(r->vol_data, sizeof(r->vol_data), "nbrun-%s-data", r->id);
+	return 0;
+}
+
+/* mkdir -p, then require an empty directory: a run never mixes with old files. */
+static int run_open_out_dir(struct run *r)
+{
+	char *dir = NULL, *p;
+	char cwd[PATH_MAX];
+	int fd = -1, rc = 0;
+	DIR *d;
+
+	if (r->opts->out_dir) {
+		if (r->opts->out_dir[0] == '/')
+			dir = strdup(r->opts->out_dir);
+		else if (getcwd(cwd, sizeof(cwd)))
+			rc = asprintf(&dir, "%s/%s", cwd, r->opts->out_dir) < 0 ? -1 : 0;
+	} else if (getcwd(cwd, sizeof(cwd))) {
+		rc = asprintf(&dir, "%s/nbrun-out/%s", cwd, r->id) < 0 ? -1 : 0;
+	}
+	if (!dir || rc < 0)
+		return nbrun__err(r->ctx, NBRUN_ENOMEM, "cannot make the output directory name");
+	for (p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+			rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot create %s", dir);
+			goto out;
+		}
+		*p = '/';
+	}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot create %s", dir);
+		goto out;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot open %s", dir);
+		goto out;
+	}
+	d = fdopendir(dup(fd));
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+				rc = nbrun__err(r->ctx, NBRUN_EINVAL,
+						"output directory %s is not empty", dir);
+				break;
+			}
+		closedir(d);
+	}
+	if (rc < 0)
+		goto out;
+	r->out_dir = dir;
+	r->out_fd = fd;
+	dir = NULL;
+	fd = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	return rc;
+}
+
+/* ---- engine objects ------------------------------------------------------------ */
+
+static int run_engine_status(struct run *r, int status, const char *what)
+{
+	if (status < 0)
+		return status;
+	if (status >= 400)
+		return nbrun__err(r->ctx, NBRUN_EENGINE, "%s: %s", what, nbrun_ctx_errmsg(r->ctx));
+	return 0;
+}
+
+static int run_pick_image(struct run *r)
+{
+	char path[512];
+	const char *want = r->opts->image;
+	int status;
+
+	if (want) {
+		if (!*want || strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-") != strlen(want) || strlen(want) > 255)
+			return nbrun__err(r->ctx, NBRUN_EINVAL, "'%s' is not an image name", want);
+		r->image = strdup(want);
+	} else if (asprintf(&r->image, "%s:%s", NBRUN_DEFAULT_IMAGE, NBRUN_VERSION) < 0) {
+		r->image = NULL;
+	}
+	if (!r->image)
+		return nbrun__err(r->ctx, NBRUN_ENOMEM, "out of memory");
+	for (int attempt = 0; attempt < 2; attempt++) {
+		snprintf(path, sizeof(path), "/images/%s/json", r->image);
+		status = nbrun__docker_json(r->docker, "GET", path, NULL, NULL, 0);
+		if (status < 0)
+			return status;
+		if (status == 200)
+			return 0;
+		if (status != 404)
+			return run_engine_status(r, status, "cannot inspect the image");
+		if (want || attempt)
+			break;
+		free(r->image);
+		if (asprintf(&r->image, "%s:latest", NBRUN_DEFAULT_IMAGE) < 0) {
+			r->image = NULL;
+			return nbrun__err(r->ctx, NBRUN_ENOMEM, "out of memory");
+		}
+	}
+	return nbrun__err(r->ctx, NBRUN_ENOIMAGE,
+			  "image %s is not on the engine: build it with scripts/setup", r->image);
+}
+
+static json_t *run_labels(const struct run *r)
+{
+	char pid[32], created[32], host[256] = "";
+
+	snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+	snprintf(created, sizeof(created), "%lld", (long long)time(NULL));
+	gethostname(host, sizeof(host) - 1);
+	return json_pack("{s:s, s:s, s:s, s:s}", NBRUN_LABEL, r->id, "nbrun.pid", pid, "nbrun.host",
+			 host, "nbrun.created", created);
+}
+
+static int run_create_volume(struct run *r, const char *name, uint64_t bytes, bool *have)
+{
+	char opt[128];
+	json_t *body;
+	int status;
+
+	/* tmpfs volumes: bounded, in memory, gone with the volume; and unlike a
+	 * plain Tmpfs mount the archive API sees them. */
+	snprintf(opt, sizeof(opt), "size=%llu,uid=%d,gid=%d,mode=0755", (unsigned long long)bytes,
+		 RUN_UID, RUN_GID);
+	body = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:o}", "Name", name, "Driver", "local",
+			 "DriverOpts", "type", "tmpfs", "device", "tmpfs", "o", opt, "Labels",
+			 run_labels(r));
+	if (!body)
+		return nbrun__err(r->ctx, NBRUN_ENOMEM, "out of memory");
+	status = nbrun__docker_json(r->docker, "POST", "/volumes/create", body, NULL, 0);
+	json_decref(body);
+	if (status >= 200 && status < 300)
+		*have = true;
+	return run_engine_status(r, status, "cannot create a volume");
+}
+
+static json_t *run_container_spec(struct run *r)
+{
+	const struct nbrun_run_options *o = r->opts;
+	uint64_t cell_ms = o->cell_timeout_ms;
+	bool isolated = !strcmp(o->network, "none");
+	char cell_s[32];
+	json_t *env, *spec;
+
+	if (!cell_ms)
+		cell_ms = o->timeout_ms > 2 * RUN_MARGIN_MS ? o->timeout_ms - RUN_MARGIN_MS
+							    : o->timeout_ms / 2;
+	snprintf(cell_s, sizeof(cell_s), "%llu",
+		 (unsigned long long)(cell_ms < 1000 ? 1 : cell_ms / 1000));
+	env = json_array();
+	for (size_t i = 0; env && i < o->env_count; i++)
+		json_array_append_new(env, json_string(o->env[i]));
+	spec = json_pack(
+		"{s:s, s:[s,s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b,"
+		" s:{s:s, s:[s], s:[s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
+		"    s:{s:s, s:{s:s, s:s}}, s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}], s:b,"
+		"    s:[{s:s, s:I, s:I}], s:s}}",
+		"Image", r->image, "Cmd", "/opt/nbrun/nbrun-exec", cell_s, "Env", env, "User",
+		"1000:1000", "WorkingDir", "/mnt/data", "Labels", run_labels(r), "NetworkDisabled",
+		isolated, "AttachStdin", 0, "OpenStdin", 0, "Tty", 0, "HostConfig", "NetworkMode",
+		isolated ? "none" : "bridge", "CapDrop", "ALL", "SecurityOpt", "no-new-privileges",
+		"PidsLimit", (json_int_t)o->pids, "Memory", (json_int_t)o->memory_bytes, "MemorySwap",
+		(json_int_t)o->memory_bytes, "NanoCpus", (json_int_t)o->nano_cpus, "Init", 1,
+		"ReadonlyRootfs", 1, "Tmpfs", "/tmp", "rw,nosuid,nodev,size=" RUN_TMPFS_SIZE ",mode=1777",
+		"LogConfig", "Type", "json-file", "Config", "max-size", "1m", "max-file", "1", "Mounts",
+		"Type", "volume", "Source", r->vol_app, "Target", "/app", "Type", "volume", "Source",
+		r->vol_data, "Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile",
+		"Soft", (json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
+	return spec;
+}
+
+static int run_create_container(struct run *r)
+{
+	char path[128];
+	json_t *spec = run_container_spec(r);
+	int status;
+
+	if (!spec)
+		return nbrun__err(r->ctx, NBRUN_ENOMEM, "out of memory");
+	snprintf(path, sizeof(path), "/containers/create?name=nbrun-%s", r->id);
+	status = nbrun__docker_json(r->docker, "POST", path, spec, NULL, 0);
+	json_decref(spec);
+	if (status >= 200 && status < 300) {
+		snprintf(r->container, sizeof(r->container), "nbrun-%s", r->id);
+		r->have_container = true;
+	}
+	return run_engine_status(r, status, "cannot create the container");
+}
+
+static int run_put_archive(struct run *r, struct nbrun__tar *t, const char *dest)
+{
+	const void *data;
+	size_t len;
+	char path[256];
+	struct buf reply = BUF_INIT(64 * 1024);
+	int rc, status;
+
+	rc = nbrun__tar_finish(t, &data, &len);
+	if (rc == NBRUN_EINVAL)
+		return nbrun__err(r->ctx, rc, "input files are larger than the sandbox disk");
+	if (rc < 0)
+		return nbrun__err(r->ctx, rc, "cannot build the upload archive");
+	snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", r->container, dest);
+	status = nbrun__docker_request(r->docker, "PUT", path, "application/x-tar", data, len, &reply,
+				       120000);
+	if (status >= 400) {
+		json_t *j = json_loadb(reply.data ? reply.data : "", reply.len, 0, NULL);
+		nbrun__err(r->ctx, NBRUN_EENGINE, "upload to %s failed: HTTP %d: %.200s", dest, status,
+			   json_string_value(json_object_get(j, "message")) ?: "");
+		json_decref(j);
+		status = NBRUN_EENGINE;
+	}
+	buf_free(&reply);
+	return status < 0 ? status : 0;
+}
+
+static int run_sha256_fd(int fd, char hex[65])
+{
+	unsigned char md[EVP_MAX_MD_SIZE], chunk[65536];
+	unsigned int mdlen = 0;
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+	off_t off = 0;
+	ssize_t n;
+	int rc = -EIO;
+
+	if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1)
+		goto out;
+	while ((n = pread(fd, chunk, sizeof(chunk), off)) > 0) {
+		EVP_DigestUpdate(c, chunk, (size_t)n);
+		off += n;
+	}
+	if (n < 0 || EVP_DigestFinal_ex(c, md, &mdlen) != 1)
+		goto out;
+	for (unsigned int i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	rc = 0;
+out:
+	EVP_MD_CTX_free(c);
+	return rc;
+}
+
+/* Remember what was uploaded so that untouched inputs are not exported back. */
+static int run_note_input(struct run *r, const char *host_path, const char *name, int depth)
+{
+	struct stat st;
+	struct run_input *grown;
+	int fd, rc = 0;
+
+	if (depth > NBRUN_MAX_PATH_DEPTH || stat(host_path, &st) < 0)
+		return 0;
+	if (S_ISDIR(st.st_mode)) {
+		DIR *d = opendir(host_path);
+		struct dirent *de;
+		while (d && (de = readdir(d)) && rc == 0) {
+			char *hp = NULL, *nm = NULL;
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			if (asprintf(&hp, "%s/%s", host_path, de->d_name) >= 0 &&
+			    asprintf(&nm, "%s/%s", name, de->d_name) >= 0)
+				rc = run_note_input(r, hp, nm, depth + 1);
+			free(hp);
+			free(nm);
+		}
+		if (d)
+			closedir(d);
+		return rc;
+	}
+	grown = realloc(r->inputs, (r->n_inputs + 1) * sizeof(*grown));
+	if (!grown)
+		return NBRUN_ENOMEM;
+	r->inputs = grown;
+	grown[r->n_inputs].name = strdup(name);
+	fd = open(host_path, O_RDONLY | O_CLOEXEC);
+	if (!grown[r->n_inputs].name || fd < 0 || run_sha256_fd(fd, grown[r->n_inputs].sha256) < 0)
+		grown[r->n_inputs].sha256[0] = '\0';
+	if (fd >= 0)
+		close(fd);
+	r->n_inputs++;
+	return 0;
+}
+
+static const char *run_base_name(const char *path)
+{
+	size_t len = strlen(path);
+	const char *b;
+
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	b = memrchr(path, '/', len);
+	return b ? b + 1 : path;
+}
+
+/*
+ * The volumes are tmpfs: they hold files only while the container runs, so
+ * uploads happen after start. Input files go first; the notebook and the
+ * .ready marker that releases nbrun-exec go last, in one archive.
+ */
+static int run_upload(struct run *r, const char *notebook, size_t len)
+{
+	struct nbrun__tar *t = NULL;
+	int rc = 0;
+
+	if (r->opts->file_count) {
+		rc = nbrun__tar_new(&t, RUN_UID, RUN_GID, (size_t)r->opts->disk_bytes + (1u << 20));
+		if (rc < 0)
+			return nbrun__err(r->ctx, rc, "out of memory");
+		for (size_t i = 0; i < r->opts->file_count && rc == 0; i++) {
+			const char *name = run_base_name(r->opts->files[i]);
+			char clean[NBRUN_MAX_NAME_BYTES + 1];
+			snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
+			rc = nbrun__tar_add_path(r->ctx, t, r->opts->files[i], clean);
+			if (rc == 0)
+				rc = run_note_input(r, r->opts->files[i], clean, 0);
+		}
+		if (rc == 0)
+			rc = run_put_archive(r, t, "/mnt/data");
+		nbrun__tar_free(t);
+		t = NULL;
+		if (rc < 0)
+			return rc;
+	}
+	rc = nbrun__tar_new(&t, RUN_UID, RUN_GID, len + 8192);
+	if (rc < 0)
+		return nbrun__err(r->ctx, rc, "out of memory");
+	rc = nbrun__tar_add_data(t, "notebook.ipynb", notebook, len);
+	if (rc == 0)
+		rc = nbrun__tar_add_data(t, ".ready", "", 0);
+	if (rc == 0)
+		rc = run_put_archive(r, t, "/app");
+	nbrun__tar_free(t);
+	return rc;
+}
+
+/* ---- execution ---------------------------------------------------------------- */
+
+/*
+ * Wait for nbrun-exec's "NBRUN-DONE <code>" line. Returns 0 when done or the
+ * container stopped, 1 when the deadline passed.
+ */
+static int run_wait(struct run *r, int *code)
+{
+	uint64_t now = now_ms();
+	long left = r->deadline_ms > now ? (long)(r->deadline_ms - now) : 1;
+	int rc;
+
+	*code = -1;
+	rc = nbrun__docker_wait_marker(r->docker, r->container, "NBRUN-DONE ", code, left);
+	if (rc < 0)
+		return rc;
+	return rc == 2 ? 1 : 0;
+}
+
+struct run_state {
+	bool oom;
+	int exit_code;
+	bool running;
+};
+
+static int run_inspect(struct run *r, struct run_state *st)
+{
+	char path[128];
+	json_t *j = NULL, *state;
+	int status;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", r->container);
+	status = nbrun__docker_json(r->docker, "GET", path, NULL, &j, 0);
+	if (status != 200) {
+		json_decref(j);
+		return run_engine_status(r, status < 0 ? status : 500, "cannot inspect the container");
+	}
+	state = json_object_get(j, "State");
+	st->oom = json_is_true(json_object_get(state, "OOMKilled"));
+	st->exit_code = (int)json_integer_value(json_object_get(state, "ExitCode"));
+	st->running = json_is_true(json_object_get(state, "Running"));
+	json_decref(j);
+	return 0;
+}
+
+/* The last line nbconvert printed, for a run that produced no notebook. */
+static void run_last_log_line(struct run *r, char *out, size_t outlen)
+{
+	char path[160];
+	struct buf raw = BUF_INIT(64 * 1024), text = BUF_INIT(64 * 1024);
+	size_t off = 0;
+	char *line, *end;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/containers/%s/logs?stdout=0&stderr=1&tail=20", r->container);
+	if (nbrun__docker_request(r->docker, "GET", path, NULL, NULL, 0, &raw, 10000) != 200)
+		goto out;
+	/* Multiplexed frames: 8-byte header (stream, 0, 0, 0, big-endian length). */
+	while (raw.data && off + 8 <= raw.len) {
+		const unsigned char *h = (const unsigned char *)raw.data + off;
+		size_t n = ((size_t)h[4] << 24) | ((size_t)h[5] << 16) | ((size_t)h[6] << 8) | h[7];
+		if (n > raw.len - off - 8)
+			n = raw.len - off - 8;
+		buf_append(&text, raw.data + off + 8, n);
+		off += 8 + n;
+	}
+	if (!text.data)
+		goto out;
+	end = text.data + text.len;
+	while (end > text.data && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
+		*--end = '\0';
+	line = memrchr(text.data, '\n', (size_t)(end - text.data));
+	line = line ? line + 1 : text.data;
+	snprintf(out, outlen, "%s", line);
+out:
+	buf_free(&raw);
+	buf_free(&text);
+}
+
+/* ---- download and export ------------------------------------------------------ */
+
+static int run_spool(struct run *r, const char *src, uint64_t max, int *out_fd, bool *cut)
+{
+	char path[256];
+	int fd, rc;
+
+	*out_fd = -1;
+	*cut = false;
+	/* The archive is spooled unnamed next to the output: bounded memory. */
+	fd = openat(r->out_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		char tmpl[PATH_MAX];
+		snprintf(tmpl, sizeof(tmpl), "%s/.spool-XXXXXX", r->out_dir);
+		fd = mkostemp(tmpl, O_CLOEXEC);
+		if (fd >= 0)
+			unlink(tmpl);
+	}
+	if (fd < 0)
+		return nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot make a spool file");
+	snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", r->container, src);
+	rc = nbrun__docker_download(r->docker, path, fd, max, 120000);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	*cut = rc == 1;
+	lseek(fd, 0, SEEK_SET);
+	*out_fd = fd;
+	return 0;
+}
+
+/* The executed notebook: a tar with one regular file, written as notebook.ipynb. */
+struct nb_sink {
+	struct run *r;
+	int fd;
+	bool got, complete;
+};
+
+static int nb_entry(const struct nbrun__tar_entry *e, void *p)
+{
+	struct nb_sink *s = p;
+
+	if (s->got || e->type != AE_IFREG || e->hardlink)
+		return -1;
+	s->fd = nbrun__export_open(s->r->out_fd, "notebook.ipynb", 0644);
+	return s->fd >= 0 ? s->fd : -2;
+}
+
+static void nb_done(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
+		    void *p)
+{
+	struct nb_sink *s = p;
+
+	s->got = true;
+	s->complete = complete;
+	close(fd);
+	s->fd = -1;
+}
+
+static int run_fetch_notebook(struct run *r, const char *src, bool *got)
+{
+	struct nb_sink s = { r, -1, false, false };
+	struct nbrun__tar_sink sink = { nb_entry, nb_done, &s, r->lim.max_notebook_bytes, 4 };
+	bool cut;
+	int fd, rc;
+
+	*got = false;
+	rc = run_spool(r, src, r->lim.max_notebook_bytes + (1u << 20), &fd, &cut);
+	if (rc == NBRUN_ENOTFOUND)
+		return 0;
+	if (rc < 0)
+		return rc;
+	rc = nbrun__tar_extract(r->ctx, fd, &sink);
+	close(fd);
+	if (cut || (s.got && !s.complete)) {
+		unlinkat(r->out_fd, "notebook.ipynb", 0);
+		return nbrun__err(r->ctx, NBRUN_EPARSE, "the executed notebook is larger than %llu bytes",
+				  (unsigned long long)r->lim.max_notebook_bytes);
+	}
+	if (rc < 0)
+		return rc;
+	*got = s.got;
+	return 0;
+}
+
+static const char *run_strip_top(const char *path)
+{
+	/* GET archive of /mnt/data names entries "data/..." */
+	const char *slash = strchr(path, '/');
+	return slash ? slash + 1 : "";
+}
+
+static bool run_is_untouched_input(const struct run *r, const char *rel, int fd)
+{
+	char hex[65];
+
+	for (size_t i = 0; i < r->n_inputs; i++) {
+		if (strcmp(r->inputs[i].name, rel))
+			continue;
+		return r->inputs[i].sha256[0] && run_sha256_fd(fd, hex) == 0 &&
+		       !strcmp(hex, r->inputs[i].sha256);
+	}
+	return false;
+}
+
+static int file_entry(const struct nbrun__tar_entry *e, void *p)
+{
+	struct run *r = p;
+	const char *rel = run_strip_top(e->path);
+	const char *why;
+	char *dest = NULL;
+	int fd;
+
+	if (!*rel || !strcmp(rel, "/"))
+		return -1; /* the top directory itself */
+	why = nbrun__path_reject_reason(rel);
+	if (!why && e->hardlink)
+		why = "hard link";
+	if (!why && e->type == AE_IFLNK)
+		why = "symbolic link";
+	if (!why && e->type != AE_IFREG && e->type != AE_IFDIR)
+		why = "not a regular file or directory";
+	if (why) {
+		nbrun__result_skip(r->result, rel, why);
+		return -1;
+	}
+	if (e->type == AE_IFDIR)
+		return -1; /* directories come into being with the files in them */
+	if (r->export_count >= (r->opts->max_files ? r->opts->max_files : NBRUN_DEFAULT_MAX_FILES) ||
+	    r->export_bytes + (uint64_t)(e->size > 0 ? e->size : 0) >
+		    (r->opts->max_file_bytes ? r->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES)) {
+		nbrun__result_skip(r->result, rel, "over the export cap");
+		r->export_cut = true;
+		return -1;
+	}
+	if (asprintf(&dest, "files/%s", rel) < 0)
+		return -2;
+	fd = nbrun__export_open(r->out_fd, dest, 0644);
+	if (fd < 0) {
+		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry" : "cannot be written");
+		free(dest);
+		return -1;
+	}
+	free(r->entry_rel);
+	r->entry_rel = dest;
+	r->export_count++;
+	return fd;
+}
+
+static void file_done(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
+		      void *p)
+{
+	struct run *r = p;
+	const char *rel = run_strip_top(e->path);
+	char hex[65];
+	json_t *f;
+
+	if (!complete) {
+		unlinkat(r->out_fd, r->entry_rel, 0);
+		nbrun__result_skip(r->result, rel, "over the export cap or unreadable");
+		r->export_cut = true;
+	} else if (run_is_untouched_input(r, rel, fd)) {
+		unlinkat(r->out_fd, r->entry_rel, 0);
+	} else {
+		run_sha256_fd(fd, hex);
+		r->export_bytes += written;
+		f = json_pack("{s:s, s:I, s:s}", "path", r->entry_rel, "bytes", (json_int_t)written,
+			      "sha256", hex);
+		if (f)
+			json_array_append_new(json_object_get(r->result->doc, "files"), f);
+	}
+	close(fd);
+}
+
+static int run_export_files(struct run *r)
+{
+	struct nbrun__tar_sink sink = { file_entry, file_done, r, 0, 0 };
+	uint64_t max_bytes = r->opts->max_file_bytes ? r->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES;
+	size_t max_files = r->opts->max_files ? r->opts->max_files : NBRUN_DEFAULT_MAX_FILES;
+	bool cut;
+	int fd, rc;
+
+	sink.max_entry_bytes = max_bytes;
+	/* Directories and skipped entries count too; leave room for them. */
+	sink.max_entries = max_files * 4 + 64;
+	/* The archive stream is bounded too: the data plus tar headers. */
+	rc = run_spool(r, "/mnt/data", max_bytes + (uint64_t)sink.max_entries * 1536 + (1u << 20), &fd,
+		       &cut);
+	if (rc < 0)
+		return rc;
+	rc = nbrun__tar_extract(r->ctx, fd, &sink);
+	close(fd);
+	if (rc == 1 || cut) {
+		nbrun__result_skip(r->result, "/mnt/data", "more entries than the export cap");
+		r->export_cut = true;
+		rc = 0;
+	}
+	if (rc < 0) {
+		/* A broken archive keeps what was exported before the break. */
+		nbrun__result_skip(r->result, "/mnt/data", nbrun_ctx_errmsg(r->ctx));
+		r->export_cut = true;
+		rc = 0;
+	}
+	if (r->export_cut)
+		nbrun__result_flag_truncated(r->result);
+	return rc;
+}
+
+/* ---- cleanup ----------------------------------------------------------------- */
+
+static void run_cleanup(struct run *r)
+{
+	char path[160];
+
+	if (!r->docker)
+		return;
+	/* Cleanup runs even after a cancel: lift the flag for these requests. */
+	nbrun__docker_set_cancel(r->docker, NULL);
+	run_progress(r, NBRUN_PHASE_CLEANUP);
+	if (r->have_container) {
+		snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", r->container);
+		nbrun__docker_json(r->docker, "DELETE", path, NULL, NULL, RUN_CLEANUP_TIMEOUT_MS);
+	}
+	if (r->have_vol_app) {
+		snprintf(path, sizeof(path), "/volumes/%s?force=1", r->vol_app);
+		nbrun__docker_json(r->docker, "DELETE", path, NULL, NULL, RUN_CLEANUP_TIMEOUT_MS);
+	}
+	if (r->have_vol_data) {
+		snprintf(path, sizeof(path), "/volumes/%s?force=1", r->vol_data);
+		nbrun__docker_json(r->docker, "DELETE", path, NULL, NULL, RUN_CLEANUP_TIMEOUT_MS);
+	}
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+static void run_finish_result(struct run *r)
+{
+	char *nb_path = NULL;
+	json_t *doc = r->result->doc;
+	struct stat st;
+
+	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(now_ms() - (uint64_t)(r->t0.tv_sec * 1000 + r->t0.tv_nsec / 1000000))));
+	json_object_set_new(doc, "out_dir", json_string(r->out_dir));
+	if (fstatat(r->out_fd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    asprintf(&nb_path, "%s/notebook.ipynb", r->out_dir) >= 0) {
+		json_object_set_new(doc, "notebook", json_string(nb_path));
+		free(nb_path);
+	}
+}
+
+static int run_execute(struct run *r, const char *notebook, size_t len)
+{
+	struct run_state st = { false, 0, false };
+	char msg[512], logline[300];
+	json_t *nb = NULL;
+	bool timed_out = false, got = false;
+	int rc, exec_code = -1;
+
+	run_progress(r, NBRUN_PHASE_CONNECT);
+	rc = nbrun__docker_new(&r->docker, r->ctx);
+	if (rc < 0)
+		return rc;
+	nbrun__docker_set_cancel(r->docker, r->opts->cancel);
+	nbrun__gc_orphans(r->docker, r->ctx);
+	rc = run_pick_image(r);
+	if (rc < 0)
+		return rc;
+
+	run_progress(r, NBRUN_PHASE_CREATE);
+	rc = run_create_volume(r, r->vol_app, r->lim.max_notebook_bytes * 2 + (16u << 20),
+			       &r->have_vol_app);
+	if (rc == 0)
+		rc = run_create_volume(r, r->vol_data, r->opts->disk_bytes, &r->have_vol_data);
+	if (rc == 0)
+		rc = run_create_container(r);
+	if (rc < 0)
+		return rc;
+
+	{
+		char path[128];
+		int status;
+		snprintf(path, sizeof(path), "/containers/%s/start", r->container);
+		status = nbrun__docker_json(r->docker, "POST", path, NULL, NULL, 0);
+		rc = run_engine_status(r, status, "cannot start the container");
+		if (rc < 0)
+			return rc;
+	}
+	run_progress(r, NBRUN_PHASE_UPLOAD);
+	rc = run_upload(r, notebook, len);
+	if (rc < 0)
+		return rc;
+
+	run_progress(r, NBRUN_PHASE_EXECUTE);
+	rc = run_wait(r, &exec_code);
+	if (rc < 0)
+		return rc;
+	timed_out = rc == 1;
+	rc = run_inspect(r, &st);
+	if (rc < 0)
+		return rc;
+
+	run_progress(r, NBRUN_PHASE_DOWNLOAD);
+	rc = run_fetch_notebook(r, "/app/executed.ipynb", &got);
+	if (rc == 0 && !got)
+		rc = run_fetch_notebook(r, "/app/partial.ipynb", &got);
+	if (rc == NBRUN_ECANCELLED)
+		return rc;
+	if (rc < 0) {
+		nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(r->ctx));
+		got = false;
+	}
+	rc = run_export_files(r);
+	if (rc == NBRUN_ECANCELLED)
+		return rc;
+
+	run_progress(r, NBRUN_PHASE_PARSE);
+	if (got) {
+		rc = nbrun__notebook_load(&nb, r->ctx, r->out_fd, "notebook.ipynb",
+					  r->lim.max_notebook_bytes);
+		if (rc == 0)
+			rc = nbrun__outputs_parse(r->ctx, r->result, nb, r->out_fd, &r->lim);
+		json_decref(nb);
+		if (rc < 0)
+			nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(r->ctx));
+	}
+
+	/* What ended the run decides its status; outputs so far stay in the result. */
+	if (timed_out) {
+		snprintf(msg, sizeof(msg), "the run passed its %llu ms deadline and was killed%s",
+			 (unsigned long long)r->opts->timeout_ms,
+			 got ? "; outputs of the finished cells are kept" : "");
+		nbrun__result_set_status(r->result, NBRUN_STATUS_TIMEOUT, msg);
+	} else if (st.oom) {
+		nbrun__result_set_status(r->result, NBRUN_STATUS_OOM,
+					 "the sandbox ran out of memory (raise --memory)");
+	} else if (exec_code != 0) {
+		/* nbconvert stopped early (a dead kernel, say): the partial notebook has the cells that finished. */
+		run_last_log_line(r, logline, sizeof(logline));
+		snprintf(msg, sizeof(msg), "%s (exit code %d)%s%s",
+			 got ? "the run stopped early; outputs of the finished cells are kept"
+			     : "no executed notebook came back",
+			 exec_code >= 0 ? exec_code : st.exit_code, logline[0] ? ": " : "", logline);
+		if (!nbrun_result_message(r->result))
+			nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, msg);
+	} else if (!got && !nbrun_result_message(r->result)) {
+		nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, "no executed notebook came back");
+	}
+	return 0;
+}
+
+static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, const json_t *nb,
+			     const struct nbrun_run_options *opts)
+{
+	struct run r;
+	char *text = NULL;
+	int rc;
+
+	*out = NULL;
+	memset(&r, 0, sizeof(r));
+	r.ctx = ctx;
+	r.opts = opts;
+	r.out_fd = -1;
+	clock_gettime(CLOCK_MONOTONIC, &r.t0);
+	rc = run_check_options(ctx, opts);
+	if (rc < 0)
+		return rc;
+	nbrun__limits_resolve(&r.lim, &opts->limits);
+	r.deadline_ms = now_ms() + opts->timeout_ms;
+	for (size_t i = 0; i < opts->file_count; i++)
+		if (access(opts->files[i], R_OK) < 0)
+			return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
+					    "input %s", opts->files[i]);
+	rc = run_make_id(&r);
+	if (rc < 0)
+		return rc;
+	text = json_dumps(nb, JSON_INDENT(1));
+	if (!text)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	if (strlen(text) > r.lim.max_notebook_bytes) {
+		rc = nbrun__err(ctx, NBRUN_EINVAL, "the notebook is larger than %llu bytes",
+				(unsigned long long)r.lim.max_notebook_bytes);
+		goto out;
+	}
+	rc = run_open_out_dir(&r);
+	if (rc < 0)
+		goto out;
+	rc = nbrun__result_new(&r.result, r.id);
+	if (rc < 0)
+		goto out;
+
+	rc = run_execute(&r, text, strlen(text));
+	if (rc == 0 && run_cancelled(&r))
+		rc = nbrun__err(ctx, NBRUN_ECANCELLED, "interrupted");
+	run_cleanup(&r);
+	if (rc < 0)
+		goto out;
+	run_finish_result(&r);
+	rc = nbrun__result_write(ctx, r.result, r.out_fd);
+	if (rc < 0)
+		goto out;
+	*out = r.result;
+	r.result = NULL;
+out:
+	if (rc < 0 && r.out_fd >= 0 && r.result) {
+		/* Leave a record of what happened next to whatever came back. */
+		nbrun__result_set_status(r.result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(ctx));
+		run_finish_result(&r);
+		nbrun__result_write(NULL, r.result, r.out_fd);
+	}
+	nbrun__docker_free(r.docker);
+	nbrun_result_free(r.result);
+	for (size_t i = 0; i < r.n_inputs; i++)
+		free(r.inputs[i].name);
+	free(r.inputs);
+	free(r.entry_rel);
+	free(r.image);
+	free(r.out_dir);
+	if (r.out_fd >= 0)
+		close(r.out_fd);
+	free(text);
+	return rc;
+}
+
+NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *code,
+				const struct nbrun_run_options *opts)
+{
+	json_t *nb = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!code)
+		return nbrun__err(ctx, NBRUN_EINVAL, "no code given");
+	rc = nbrun__notebook_from_code(&nb, ctx, code);
+	if (rc < 0)
+		return rc;
+	rc = run_notebook_json(out, ctx, nb, opts);
+	json_decref(nb);
+	return rc;
+}
+
+NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx *ctx,
+				    const char *notebook, size_t len,
+				    const struct nbrun_run_options *opts)
+{
+	json_t *nb = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = nbrun__notebook_loadb(&nb, ctx, notebook, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES);
+	if (rc < 0)
+		return rc;
+	rc = run_notebook_json(out, ctx, nb, opts);
+	json_decref(nb);
+	return rc;
+}
