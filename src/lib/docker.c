@@ -431,7 +431,8 @@ struct docker_marker {
 	size_t len;
 	const char *marker;
 	bool found;
-	int code;
+	char *rest;
+	size_t restlen;
 };
 
 static size_t docker_marker_cb(char *data, size_t size, size_t n, void *p)
@@ -450,7 +451,11 @@ static size_t docker_marker_cb(char *data, size_t size, size_t n, void *p)
 		len -= take;
 		hit = memmem(m->window, m->len, m->marker, mlen);
 		if (hit && (nl = memchr(hit, '\n', m->len - (size_t)(hit - m->window)))) {
-			m->code = atoi(hit + mlen);
+			size_t k = (size_t)(nl - hit) - mlen;
+			if (k >= m->restlen)
+				k = m->restlen - 1;
+			memcpy(m->rest, hit + mlen, k);
+			m->rest[k] = '\0';
 			m->found = true;
 			return 0; /* stop the transfer */
 		}
@@ -464,7 +469,7 @@ static size_t docker_marker_cb(char *data, size_t size, size_t n, void *p)
 }
 
 int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
-			      int *code, long timeout_ms)
+			      char *rest, size_t restlen, long timeout_ms)
 {
 	struct curl_slist *hdrs = NULL;
 	struct docker_marker m;
@@ -473,6 +478,9 @@ int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, co
 
 	memset(&m, 0, sizeof(m));
 	m.marker = marker;
+	m.rest = rest;
+	m.restlen = restlen;
+	rest[0] = '\0';
 	snprintf(path, sizeof(path), "/containers/%s/logs?follow=1&stdout=1&stderr=0", container);
 	docker_setup(d, "GET", path, timeout_ms, &hdrs, NULL);
 	curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, docker_marker_cb);
@@ -480,10 +488,8 @@ int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, co
 	cc = curl_easy_perform(d->curl);
 	curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, NULL);
 	curl_slist_free_all(hdrs);
-	if (m.found) {
-		*code = m.code;
+	if (m.found)
 		return 1;
-	}
 	if (cc == CURLE_OK)
 		return 0;
 	if (cc == CURLE_OPERATION_TIMEDOUT)

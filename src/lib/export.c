@@ -9,7 +9,11 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
+#include <archive_entry.h>
 
 #include "nbrun-private.h"
 #include "text.h"
@@ -116,7 +120,7 @@ int nbrun__export_open(int dirfd, const char *path, mode_t mode)
 		close(parent);
 		return -EISDIR;
 	}
-	fd = openat(parent, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0755);
+	fd = openat(parent, last, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0755);
 	if (fd < 0)
 		fd = -errno;
 	close(parent);
@@ -157,4 +161,147 @@ int nbrun__write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/* ---- files from /mnt/data ------------------------------------------------------ */
+
+int nbrun__sha256_fd(int fd, char hex[65])
+{
+	unsigned char md[EVP_MAX_MD_SIZE], chunk[65536];
+	unsigned int mdlen = 0;
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+	off_t off = 0;
+	ssize_t n;
+	int rc = -EIO;
+
+	if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1)
+		goto out;
+	while ((n = pread(fd, chunk, sizeof(chunk), off)) > 0) {
+		EVP_DigestUpdate(c, chunk, (size_t)n);
+		off += n;
+	}
+	if (n < 0 || EVP_DigestFinal_ex(c, md, &mdlen) != 1)
+		goto out;
+	for (unsigned int i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	rc = 0;
+out:
+	EVP_MD_CTX_free(c);
+	return rc;
+}
+
+static const char *export_strip_top(const char *path)
+{
+	/* GET archive of /mnt/data names entries "data/..." */
+	const char *slash = strchr(path, '/');
+	return slash ? slash + 1 : "";
+}
+
+static bool export_is_untouched_input(const struct nbrun__files_export *r, const char *rel, int fd)
+{
+	char hex[65];
+
+	for (size_t i = 0; i < r->n_inputs; i++) {
+		if (strcmp(r->inputs[i].name, rel))
+			continue;
+		return r->inputs[i].sha256[0] && nbrun__sha256_fd(fd, hex) == 0 &&
+		       !strcmp(hex, r->inputs[i].sha256);
+	}
+	return false;
+}
+
+static int export_file_entry(const struct nbrun__tar_entry *e, void *p)
+{
+	struct nbrun__files_export *r = p;
+	const char *rel = export_strip_top(e->path);
+	const char *why;
+	char *dest = NULL;
+	int fd;
+
+	if (!*rel || !strcmp(rel, "/"))
+		return -1; /* the top directory itself */
+	why = nbrun__path_reject_reason(rel);
+	if (!why && e->hardlink)
+		why = "hard link";
+	if (!why && e->type == AE_IFLNK)
+		why = "symbolic link";
+	if (!why && e->type != AE_IFREG && e->type != AE_IFDIR)
+		why = "not a regular file or directory";
+	if (why) {
+		nbrun__result_skip(r->result, rel, why);
+		return -1;
+	}
+	if (e->type == AE_IFDIR)
+		return -1; /* directories come into being with the files in them */
+	if (r->count >= r->max_files ||
+	    r->bytes + (uint64_t)(e->size > 0 ? e->size : 0) >
+		    r->max_bytes) {
+		nbrun__result_skip(r->result, rel, "over the export cap");
+		r->cut = true;
+		return -1;
+	}
+	if (asprintf(&dest, "files/%s", rel) < 0)
+		return -2;
+	fd = nbrun__export_open(r->out_fd, dest, 0644);
+	if (fd < 0) {
+		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry" : "cannot be written");
+		free(dest);
+		return -1;
+	}
+	free(r->entry_rel);
+	r->entry_rel = dest;
+	r->count++;
+	return fd;
+}
+
+static void export_file_done(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
+		      void *p)
+{
+	struct nbrun__files_export *r = p;
+	const char *rel = export_strip_top(e->path);
+	char hex[65];
+	json_t *f;
+
+	if (!complete) {
+		unlinkat(r->out_fd, r->entry_rel, 0);
+		nbrun__result_skip(r->result, rel, "over the export cap or unreadable");
+		r->cut = true;
+	} else if (export_is_untouched_input(r, rel, fd)) {
+		unlinkat(r->out_fd, r->entry_rel, 0);
+	} else {
+		nbrun__sha256_fd(fd, hex);
+		r->bytes += written;
+		f = json_pack("{s:s, s:I, s:s}", "path", r->entry_rel, "bytes", (json_int_t)written,
+			      "sha256", hex);
+		if (f)
+			json_array_append_new(json_object_get(r->result->doc, "files"), f);
+	}
+	close(fd);
+}
+
+int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, int tar_fd,
+			bool stream_cut)
+{
+	struct nbrun__tar_sink sink = { export_file_entry, export_file_done, x, x->max_bytes,
+					/* directories and skipped entries count too */
+					x->max_files * 4 + 64 };
+	int rc;
+
+	rc = nbrun__tar_extract(ctx, tar_fd, &sink);
+	if (rc == 1 || stream_cut) {
+		nbrun__result_skip(x->result, "/mnt/data", "more entries than the export cap");
+		x->cut = true;
+		rc = 0;
+	}
+	if (rc < 0) {
+		/* A broken archive keeps what was exported before the break. */
+		nbrun__result_skip(x->result, "/mnt/data", nbrun_ctx_errmsg(ctx));
+		x->cut = true;
+		rc = 0;
+	}
+	if (x->cut)
+		nbrun__result_flag_truncated(x->result);
+	free(x->entry_rel);
+	x->entry_rel = NULL;
+	return rc;
 }

@@ -109,6 +109,31 @@ int nbrun__export_mkdirs(int dirfd, const char *path);
 /* Write all of buf to fd; 0 or -errno. */
 int nbrun__write_all(int fd, const void *buf, size_t len);
 
+/* Export the files of a /mnt/data archive to out_fd/files/: only regular
+ * files below the top directory, safe names, within the caps; everything else
+ * is listed in the result's "skipped". Untouched inputs are not exported. */
+struct nbrun__export_input {
+	char *name;      /* path below /mnt/data */
+	char sha256[65]; /* "" when unknown */
+};
+struct nbrun__files_export {
+	struct nbrun_result *result;
+	int out_fd;
+	const struct nbrun__export_input *inputs;
+	size_t n_inputs;
+	uint64_t max_bytes;
+	size_t max_files;
+	/* state */
+	uint64_t bytes;
+	size_t count;
+	bool cut;
+	char *entry_rel;
+};
+int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, int tar_fd,
+			bool stream_cut);
+/* Hex SHA-256 of the whole file (read with pread from offset 0). 0 or -EIO. */
+int nbrun__sha256_fd(int fd, char hex[65]);
+
 /* ---- tarball.c ------------------------------------------------------------- */
 
 struct nbrun__tar;
@@ -165,12 +190,13 @@ int nbrun__docker_json(struct nbrun__docker *d, const char *method, const char *
 int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, uint64_t max_bytes,
 			   long timeout_ms);
 /*
- * Follow the container's stdout until a line "MARKER<code>" appears (1, code
- * set), the stream ends because the container stopped (0), or timeout_ms
- * passes (2). Negative on engine failure or cancel.
+ * Follow the container's stdout until a line starting with marker appears
+ * (1; the rest of the line, NUL-terminated and cut to restlen, in rest), the
+ * stream ends because the container stopped (0), or timeout_ms passes (2).
+ * Negative on engine failure or cancel.
  */
 int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
-			      int *code, long timeout_ms);
+			      char *rest, size_t restlen, long timeout_ms);
 /* Negotiated API version, e.g. "1.41". */
 const char *nbrun__docker_api_version(const struct nbrun__docker *d);
 

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <archive_entry.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +26,6 @@
 #define RUN_MARGIN_MS 4000
 #define RUN_CLEANUP_TIMEOUT_MS 20000L
 
-struct run_input {
-	char *name; /* path below /mnt/data */
-	char sha256[65];
-};
-
 struct run {
 	struct nbrun_ctx *ctx;
 	const struct nbrun_run_options *opts;
@@ -48,14 +42,8 @@ struct run {
 	int out_fd;
 	struct timespec t0;
 	uint64_t deadline_ms;   /* monotonic, ms */
-	struct run_input *inputs;
+	struct nbrun__export_input *inputs;
 	size_t n_inputs;
-	/* export state */
-	uint64_t export_bytes;
-	size_t export_count;
-	bool export_cut;
-	const char *entry_path; /* of the entry being written */
-	char *entry_rel;
 };
 
 static uint64_t now_ms(void)
@@ -344,36 +332,11 @@ static int run_put_archive(struct run *r, struct nbrun__tar *t, const char *dest
 	return status < 0 ? status : 0;
 }
 
-static int run_sha256_fd(int fd, char hex[65])
-{
-	unsigned char md[EVP_MAX_MD_SIZE], chunk[65536];
-	unsigned int mdlen = 0;
-	EVP_MD_CTX *c = EVP_MD_CTX_new();
-	off_t off = 0;
-	ssize_t n;
-	int rc = -EIO;
-
-	if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1)
-		goto out;
-	while ((n = pread(fd, chunk, sizeof(chunk), off)) > 0) {
-		EVP_DigestUpdate(c, chunk, (size_t)n);
-		off += n;
-	}
-	if (n < 0 || EVP_DigestFinal_ex(c, md, &mdlen) != 1)
-		goto out;
-	for (unsigned int i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	rc = 0;
-out:
-	EVP_MD_CTX_free(c);
-	return rc;
-}
-
 /* Remember what was uploaded so that untouched inputs are not exported back. */
 static int run_note_input(struct run *r, const char *host_path, const char *name, int depth)
 {
 	struct stat st;
-	struct run_input *grown;
+	struct nbrun__export_input *grown;
 	int fd, rc = 0;
 
 	if (depth > NBRUN_MAX_PATH_DEPTH || stat(host_path, &st) < 0)
@@ -401,7 +364,7 @@ static int run_note_input(struct run *r, const char *host_path, const char *name
 	r->inputs = grown;
 	grown[r->n_inputs].name = strdup(name);
 	fd = open(host_path, O_RDONLY | O_CLOEXEC);
-	if (!grown[r->n_inputs].name || fd < 0 || run_sha256_fd(fd, grown[r->n_inputs].sha256) < 0)
+	if (!grown[r->n_inputs].name || fd < 0 || nbrun__sha256_fd(fd, grown[r->n_inputs].sha256) < 0)
 		grown[r->n_inputs].sha256[0] = '\0';
 	if (fd >= 0)
 		close(fd);
@@ -464,20 +427,37 @@ static int run_upload(struct run *r, const char *notebook, size_t len)
 /* ---- execution ---------------------------------------------------------------- */
 
 /*
- * Wait for nbrun-exec's "NBRUN-DONE <code>" line. Returns 0 when done or the
- * container stopped, 1 when the deadline passed.
+ * Wait for nbrun-exec's "NBRUN-DONE <exit code> <oom kills>" line. Returns 0
+ * when done or the container stopped, 1 when the deadline passed.
  */
-static int run_wait(struct run *r, int *code)
+static int run_wait(struct run *r, int *code, bool *oom)
 {
 	uint64_t now = now_ms();
 	long left = r->deadline_ms > now ? (long)(r->deadline_ms - now) : 1;
-	int rc;
+	char rest[64];
+	int rc, kills = 0;
 
 	*code = -1;
-	rc = nbrun__docker_wait_marker(r->docker, r->container, "NBRUN-DONE ", code, left);
+	rc = nbrun__docker_wait_marker(r->docker, r->container, "NBRUN-DONE ", rest, sizeof(rest), left);
 	if (rc < 0)
 		return rc;
+	if (rc == 1 && sscanf(rest, "%d %d", code, &kills) >= 1)
+		*oom = kills > 0;
 	return rc == 2 ? 1 : 0;
+}
+
+/* Cells nbrun-exec marked as interrupted at their cell timeout. */
+static int run_timed_out_cell(const json_t *nb)
+{
+	const json_t *cell;
+	size_t i;
+
+	json_array_foreach(json_object_get(nb, "cells"), i, cell) {
+		const json_t *m = json_object_get(json_object_get(cell, "metadata"), "nbrun");
+		if (json_is_true(json_object_get(m, "timed_out")))
+			return (int)i;
+	}
+	return -1;
 }
 
 struct run_state {
@@ -626,126 +606,26 @@ static int run_fetch_notebook(struct run *r, const char *src, bool *got)
 	return 0;
 }
 
-static const char *run_strip_top(const char *path)
-{
-	/* GET archive of /mnt/data names entries "data/..." */
-	const char *slash = strchr(path, '/');
-	return slash ? slash + 1 : "";
-}
-
-static bool run_is_untouched_input(const struct run *r, const char *rel, int fd)
-{
-	char hex[65];
-
-	for (size_t i = 0; i < r->n_inputs; i++) {
-		if (strcmp(r->inputs[i].name, rel))
-			continue;
-		return r->inputs[i].sha256[0] && run_sha256_fd(fd, hex) == 0 &&
-		       !strcmp(hex, r->inputs[i].sha256);
-	}
-	return false;
-}
-
-static int file_entry(const struct nbrun__tar_entry *e, void *p)
-{
-	struct run *r = p;
-	const char *rel = run_strip_top(e->path);
-	const char *why;
-	char *dest = NULL;
-	int fd;
-
-	if (!*rel || !strcmp(rel, "/"))
-		return -1; /* the top directory itself */
-	why = nbrun__path_reject_reason(rel);
-	if (!why && e->hardlink)
-		why = "hard link";
-	if (!why && e->type == AE_IFLNK)
-		why = "symbolic link";
-	if (!why && e->type != AE_IFREG && e->type != AE_IFDIR)
-		why = "not a regular file or directory";
-	if (why) {
-		nbrun__result_skip(r->result, rel, why);
-		return -1;
-	}
-	if (e->type == AE_IFDIR)
-		return -1; /* directories come into being with the files in them */
-	if (r->export_count >= (r->opts->max_files ? r->opts->max_files : NBRUN_DEFAULT_MAX_FILES) ||
-	    r->export_bytes + (uint64_t)(e->size > 0 ? e->size : 0) >
-		    (r->opts->max_file_bytes ? r->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES)) {
-		nbrun__result_skip(r->result, rel, "over the export cap");
-		r->export_cut = true;
-		return -1;
-	}
-	if (asprintf(&dest, "files/%s", rel) < 0)
-		return -2;
-	fd = nbrun__export_open(r->out_fd, dest, 0644);
-	if (fd < 0) {
-		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry" : "cannot be written");
-		free(dest);
-		return -1;
-	}
-	free(r->entry_rel);
-	r->entry_rel = dest;
-	r->export_count++;
-	return fd;
-}
-
-static void file_done(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
-		      void *p)
-{
-	struct run *r = p;
-	const char *rel = run_strip_top(e->path);
-	char hex[65];
-	json_t *f;
-
-	if (!complete) {
-		unlinkat(r->out_fd, r->entry_rel, 0);
-		nbrun__result_skip(r->result, rel, "over the export cap or unreadable");
-		r->export_cut = true;
-	} else if (run_is_untouched_input(r, rel, fd)) {
-		unlinkat(r->out_fd, r->entry_rel, 0);
-	} else {
-		run_sha256_fd(fd, hex);
-		r->export_bytes += written;
-		f = json_pack("{s:s, s:I, s:s}", "path", r->entry_rel, "bytes", (json_int_t)written,
-			      "sha256", hex);
-		if (f)
-			json_array_append_new(json_object_get(r->result->doc, "files"), f);
-	}
-	close(fd);
-}
-
 static int run_export_files(struct run *r)
 {
-	struct nbrun__tar_sink sink = { file_entry, file_done, r, 0, 0 };
-	uint64_t max_bytes = r->opts->max_file_bytes ? r->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES;
-	size_t max_files = r->opts->max_files ? r->opts->max_files : NBRUN_DEFAULT_MAX_FILES;
+	struct nbrun__files_export x = {
+		.result = r->result,
+		.out_fd = r->out_fd,
+		.inputs = r->inputs,
+		.n_inputs = r->n_inputs,
+		.max_bytes = r->opts->max_file_bytes ? r->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES,
+		.max_files = r->opts->max_files ? r->opts->max_files : NBRUN_DEFAULT_MAX_FILES,
+	};
 	bool cut;
 	int fd, rc;
 
-	sink.max_entry_bytes = max_bytes;
-	/* Directories and skipped entries count too; leave room for them. */
-	sink.max_entries = max_files * 4 + 64;
-	/* The archive stream is bounded too: the data plus tar headers. */
-	rc = run_spool(r, "/mnt/data", max_bytes + (uint64_t)sink.max_entries * 1536 + (1u << 20), &fd,
-		       &cut);
+	/* The archive stream is bounded too: the data plus room for tar headers. */
+	rc = run_spool(r, "/mnt/data", x.max_bytes + (uint64_t)(x.max_files * 4 + 64) * 1536 + (1u << 20),
+		       &fd, &cut);
 	if (rc < 0)
 		return rc;
-	rc = nbrun__tar_extract(r->ctx, fd, &sink);
+	rc = nbrun__export_files(r->ctx, &x, fd, cut);
 	close(fd);
-	if (rc == 1 || cut) {
-		nbrun__result_skip(r->result, "/mnt/data", "more entries than the export cap");
-		r->export_cut = true;
-		rc = 0;
-	}
-	if (rc < 0) {
-		/* A broken archive keeps what was exported before the break. */
-		nbrun__result_skip(r->result, "/mnt/data", nbrun_ctx_errmsg(r->ctx));
-		r->export_cut = true;
-		rc = 0;
-	}
-	if (r->export_cut)
-		nbrun__result_flag_truncated(r->result);
 	return rc;
 }
 
@@ -797,7 +677,8 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 	char msg[512], logline[300];
 	json_t *nb = NULL;
 	bool timed_out = false, got = false;
-	int rc, exec_code = -1;
+	int rc, exec_code = -1, slow_cell = -1;
+	bool oom_kills = false;
 
 	run_progress(r, NBRUN_PHASE_CONNECT);
 	rc = nbrun__docker_new(&r->docker, r->ctx);
@@ -834,7 +715,7 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 		return rc;
 
 	run_progress(r, NBRUN_PHASE_EXECUTE);
-	rc = run_wait(r, &exec_code);
+	rc = run_wait(r, &exec_code, &oom_kills);
 	if (rc < 0)
 		return rc;
 	timed_out = rc == 1;
@@ -852,20 +733,23 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 		nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(r->ctx));
 		got = false;
 	}
-	rc = run_export_files(r);
-	if (rc == NBRUN_ECANCELLED)
-		return rc;
-
 	run_progress(r, NBRUN_PHASE_PARSE);
 	if (got) {
 		rc = nbrun__notebook_load(&nb, r->ctx, r->out_fd, "notebook.ipynb",
 					  r->lim.max_notebook_bytes);
 		if (rc == 0)
 			rc = nbrun__outputs_parse(r->ctx, r->result, nb, r->out_fd, &r->lim);
+		if (rc == 0)
+			slow_cell = run_timed_out_cell(nb);
 		json_decref(nb);
 		if (rc < 0)
 			nbrun__result_set_status(r->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(r->ctx));
 	}
+	/* Files after the notebook: the parser fills the document's other lists. */
+	run_progress(r, NBRUN_PHASE_DOWNLOAD);
+	rc = run_export_files(r);
+	if (rc == NBRUN_ECANCELLED)
+		return rc;
 
 	/* What ended the run decides its status; outputs so far stay in the result. */
 	if (timed_out) {
@@ -873,9 +757,13 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 			 (unsigned long long)r->opts->timeout_ms,
 			 got ? "; outputs of the finished cells are kept" : "");
 		nbrun__result_set_status(r->result, NBRUN_STATUS_TIMEOUT, msg);
-	} else if (st.oom) {
+	} else if (st.oom || oom_kills) {
 		nbrun__result_set_status(r->result, NBRUN_STATUS_OOM,
 					 "the sandbox ran out of memory (raise --memory)");
+	} else if (slow_cell >= 0) {
+		snprintf(msg, sizeof(msg), "cell %d passed its cell timeout and was interrupted; the other cells ran",
+			 slow_cell);
+		nbrun__result_set_status(r->result, NBRUN_STATUS_TIMEOUT, msg);
 	} else if (exec_code != 0) {
 		/* nbconvert stopped early (a dead kernel, say): the partial notebook has the cells that finished. */
 		run_last_log_line(r, logline, sizeof(logline));
@@ -955,7 +843,6 @@ out:
 	for (size_t i = 0; i < r.n_inputs; i++)
 		free(r.inputs[i].name);
 	free(r.inputs);
-	free(r.entry_rel);
 	free(r.image);
 	free(r.out_dir);
 	if (r.out_fd >= 0)

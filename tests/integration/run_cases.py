@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Integration tests of `nbrun run` against the real engine and image.
+
+Usage: run_cases.py CASE   (one meson test per case; see meson.build)
+Every case asserts on the result document, the files on disk and the engine
+state (nothing labelled with the run's id may be left behind).
+"""
+import concurrent.futures
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+
+NBRUN = os.environ["NBRUN"]
+SRCDIR = os.environ["NBRUN_SRCDIR"]
+SCHEMA = os.path.join(SRCDIR, "schemas", "result.schema.json")
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def run(args, stdin=None, timeout=300):
+    out = tempfile.mkdtemp(prefix="nbrun-it-")
+    outdir = os.path.join(out, "o")
+    p = subprocess.run([NBRUN, "run", "--json", "-o", outdir] + args, input=stdin,
+                       capture_output=True, timeout=timeout, text=True)
+    try:
+        doc = json.loads(p.stdout) if p.stdout.strip() else None
+    except json.JSONDecodeError:
+        fail("stdout is not JSON: %r (stderr %r)" % (p.stdout[:500], p.stderr[:500]))
+    return p.returncode, doc, outdir, p.stderr
+
+
+def validate(doc):
+    try:
+        import jsonschema
+    except ImportError:
+        fail("python3-jsonschema is missing (scripts/setup installs it)")
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+def engine(path):
+    """GET from the engine over its unix socket (no docker CLI needed)."""
+    import http.client
+    import socket
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect("/var/run/docker.sock")
+
+    c = Conn("localhost")
+    c.request("GET", path)
+    r = c.getresponse()
+    return json.loads(r.read())
+
+
+def leftovers(run_id=None):
+    label = "nbrun.run=%s" % run_id if run_id else "nbrun.run"
+    f = urllib.parse.quote(json.dumps({"label": [label]}))
+    cs = engine("/containers/json?all=1&filters=" + f)
+    vs = engine("/volumes?filters=" + f).get("Volumes") or []
+    return [c["Names"][0] for c in cs] + [v["Name"] for v in vs]
+
+
+def finish(doc, outdir):
+    validate(doc)
+    check(doc["out_dir"] == outdir, "out_dir %r != %r" % (doc["out_dir"], outdir))
+    with open(os.path.join(outdir, "result.json")) as f:
+        check(json.load(f) == doc, "result.json differs from --json output")
+    left = leftovers(doc["run_id"])
+    check(not left, "left behind: %r" % left)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    check(head[:8] == b"\x89PNG\r\n\x1a\n", "%s is not a PNG" % path)
+    return struct.unpack(">II", head[16:24])
+
+
+# ---- cases -----------------------------------------------------------------
+
+def case_print_and_result():
+    rc, doc, out, err = run(["-c", "print('hello', 6*7)\n# %%\n6*7"])
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    check(doc["status"] == "ok", doc["status"])
+    check(doc["stdout"] == "hello 42\n", repr(doc["stdout"]))
+    check([r["text"] for r in doc["results"]] == ["42"], doc["results"])
+    check(doc["results"][0]["cell"] == 1, doc["results"])
+    check(doc["cells"] == 2, doc["cells"])
+    check(os.path.isfile(os.path.join(out, "notebook.ipynb")), "no notebook.ipynb")
+    finish(doc, out)
+
+
+def case_error_keeps_earlier_cells():
+    code = "print('cell one')\n# %%\nraise ValueError('bad value')\n# %%\nprint('cell three')\n"
+    rc, doc, out, err = run(["-c", code])
+    check(rc == 1, "exit %d (want 1)" % rc)
+    check(doc["status"] == "error", doc["status"])
+    check("cell one" in doc["stdout"], "cell 1 output lost: %r" % doc["stdout"])
+    e = doc["error"]
+    check(e and e["name"] == "ValueError" and e["value"] == "bad value", e)
+    check(e["cell"] == 1, e)
+    check("\x1b[" not in e["traceback"], "ANSI escapes left in traceback")
+    check("raise ValueError" in e["traceback"], e["traceback"])
+    finish(doc, out)
+
+
+def case_chart_png():
+    code = ("import matplotlib.pyplot as plt\n"
+            "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
+            "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
+            "plt.plot([1, 2, 3], [1, 4, 9])\n"
+            "plt.show()\n")
+    rc, doc, out, err = run(["-c", code])
+    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    check(len(doc["images"]) == 1, doc["images"])
+    img = doc["images"][0]
+    check(img["mime"] == "image/png", img)
+    path = os.path.join(out, img["path"])
+    check(os.path.getsize(path) == img["bytes"], "size mismatch")
+    check(png_size(path) == (400, 300), "PNG is %r, want 400x300" % (png_size(path),))
+    finish(doc, out)
+
+
+def case_pandas_csv_file():
+    tmp = tempfile.mkdtemp()
+    csv = os.path.join(tmp, "sales.csv")
+    with open(csv, "w") as f:
+        f.write("region,amount\nnorth,10\nsouth,5\nnorth,7\n")
+    code = ("import pandas as pd\n"
+            "df = pd.read_csv('/mnt/data/sales.csv')\n"
+            "s = df.groupby('region')['amount'].sum()\n"
+            "s.to_csv('/mnt/data/summary.csv')\n"
+            "print(s.to_dict())\n")
+    rc, doc, out, err = run(["-f", csv, "-c", code])
+    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    check("{'north': 17, 'south': 5}" in doc["stdout"], doc["stdout"])
+    paths = [f["path"] for f in doc["files"]]
+    check(paths == ["files/summary.csv"], "exported %r (the untouched input must not be)" % paths)
+    with open(os.path.join(out, "files", "summary.csv")) as f:
+        check(f.read() == "region,amount\nnorth,17\nsouth,5\n", "summary.csv content")
+    import hashlib
+    with open(os.path.join(out, "files", "summary.csv"), "rb") as f:
+        check(hashlib.sha256(f.read()).hexdigest() == doc["files"][0]["sha256"], "sha256")
+    finish(doc, out)
+
+
+def case_unicode():
+    rc, doc, out, err = run(["-c", "print('héllo wörld ✓ 日本語 🎉')\n'ünï'"])
+    check(rc == 0, "exit %d" % rc)
+    check(doc["stdout"] == "héllo wörld ✓ 日本語 🎉\n", repr(doc["stdout"]))
+    check(doc["results"][0]["text"] == "'ünï'", doc["results"])
+    finish(doc, out)
+
+
+def case_timeout():
+    code = "print('before', flush=True)\n# %%\nimport time\ntime.sleep(600)\n"
+    rc, doc, out, err = run(["--timeout", "10s", "--cell-timeout", "10s", "-c", code])
+    check(rc == 3, "exit %d (want 3)" % rc)
+    check(doc["status"] == "timeout", doc["status"])
+    check("before" in doc["stdout"], "outputs so far lost: %r" % doc["stdout"])
+    check(doc["duration_ms"] < 30000, "took %d ms" % doc["duration_ms"])
+    finish(doc, out)
+
+
+def case_cell_timeout():
+    code = ("print('before')\n# %%\nimport time\nprint('slow', flush=True)\n"
+            "while True: time.sleep(0.1)\n# %%\nprint('after')\n")
+    rc, doc, out, err = run(["--timeout", "60s", "--cell-timeout", "3s", "-c", code])
+    check(rc == 3, "exit %d (want 3)" % rc)
+    check(doc["status"] == "timeout", doc["status"])
+    check("cell 1" in doc["message"], doc["message"])
+    check(doc["stdout"] == "before\nslow\nafter\n", "outputs: %r" % doc["stdout"])
+    check(doc["error"] and doc["error"]["cell"] == 1, doc["error"])
+    check(doc["duration_ms"] < 30000, "took %d ms" % doc["duration_ms"])
+    finish(doc, out)
+
+
+def case_oom():
+    code = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))\n"
+    rc, doc, out, err = run(["--memory", "128m", "-c", code])
+    check(rc == 3, "exit %d (want 3), %r" % (rc, doc and doc.get("message")))
+    check(doc["status"] == "oom", doc["status"])
+    finish(doc, out)
+
+
+def case_network_off():
+    code = ("import socket\n"
+            "for host, port in [('10.255.255.1', 53), ('1.1.1.1', 80)]:\n"
+            "    try:\n"
+            "        socket.create_connection((host, port), timeout=3)\n"
+            "        print('CONNECTED', host)\n"
+            "    except OSError as e:\n"
+            "        print('refused', type(e).__name__)\n"
+            "try:\n"
+            "    socket.gethostbyname('deb.debian.org')\n"
+            "    print('RESOLVED')\n"
+            "except OSError:\n"
+            "    print('no dns')\n"
+            "import os\n"
+            "print(sorted(os.listdir('/sys/class/net')))\n")
+    rc, doc, out, err = run(["-c", code])
+    check(rc == 0, "exit %d" % rc)
+    check("CONNECTED" not in doc["stdout"] and "RESOLVED" not in doc["stdout"], doc["stdout"])
+    check(doc["stdout"].count("refused") == 2 and "no dns" in doc["stdout"], doc["stdout"])
+    check("['lo']" in doc["stdout"], "interfaces: %r" % doc["stdout"])
+    finish(doc, out)
+
+
+def case_concurrent():
+    def one(i):
+        code = ("import os, time\n"
+                "open('/mnt/data/mine.txt', 'w').write('run %d')\n"
+                "time.sleep(1)\n"
+                "print(sorted(os.listdir('/mnt/data')), open('/mnt/data/mine.txt').read())\n" % i)
+        return i, run(["-c", code])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(one, range(4)))
+    dirs = set()
+    for i, (rc, doc, out, err) in results:
+        check(rc == 0, "run %d exit %d %r" % (i, rc, err))
+        check(doc["stdout"] == "['mine.txt'] run %d\n" % i, "run %d saw %r" % (i, doc["stdout"]))
+        with open(os.path.join(out, "files", "mine.txt")) as f:
+            check(f.read() == "run %d" % i, "run %d exported another run's file" % i)
+        dirs.add(out)
+        finish(doc, out)
+    check(len({d["run_id"] for _, (_, d, _, _) in results}) == 4, "run ids collide")
+
+
+def case_hardening():
+    code = ("import os\n"
+            "print('uid', os.getuid())\n"
+            "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1])\n"
+            "try:\n"
+            "    open('/etc/x', 'w')\n"
+            "    print('ROOT WRITABLE')\n"
+            "except OSError as e:\n"
+            "    print('ro', e.errno)\n"
+            "print('HOSTVAR' in os.environ, os.environ.get('GIVEN'))\n")
+    env = dict(os.environ, HOSTVAR="secret")
+    p = subprocess.run([NBRUN, "run", "--json", "-e", "GIVEN=yes", "-c", code, "-o",
+                        tempfile.mkdtemp() + "/o"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    doc = json.loads(p.stdout)
+    check(p.returncode == 0, "exit %d" % p.returncode)
+    lines = doc["stdout"].splitlines()
+    check(lines[0] == "uid 1000", lines)
+    check(lines[1] == "0000000000000000", "CapEff %r" % lines[1])
+    check(lines[2] == "ro 30", "root fs: %r" % lines[2])
+    check(lines[3] == "False yes", "env: %r" % lines[3])
+    finish(doc, doc["out_dir"])
+
+
+def case_no_leftovers():
+    left = leftovers()
+    check(not left, "containers/volumes left behind: %r" % left)
+
+
+def case_usage_errors():
+    for args in (["--timeout", "0"], ["--memory", "-1"], ["--pids", "0"], ["--disk", "5XB"],
+                 ["--cpus", "abc"], ["--network", "host"], ["-e", "NOEQUALS"]):
+        p = subprocess.run([NBRUN, "run"] + args + ["-c", "print(1)"], capture_output=True,
+                           text=True, timeout=30)
+        check(p.returncode == 2, "%r: exit %d" % (args, p.returncode))
+        check(p.stderr.startswith("nbrun: error: "), "%r: stderr %r" % (args, p.stderr))
+    p = subprocess.run([NBRUN, "run", "--help"], capture_output=True, text=True)
+    check(p.returncode == 0 and "--timeout" in p.stdout, "run --help")
+
+
+def case_missing_image():
+    rc, doc, out, err = run(["--image", "jupyter-runtime:does-not-exist", "-c", "1"])
+    check(rc == 4, "exit %d (want 4)" % rc)
+    check("scripts/setup" in err and err.count("\n") == 1, "message %r" % err)
+
+
+def case_engine_down():
+    env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")
+    p = subprocess.run([NBRUN, "run", "-c", "1"], capture_output=True, text=True, env=env,
+                       timeout=30)
+    check(p.returncode == 4, "exit %d (want 4)" % p.returncode)
+    check("not running" in p.stderr and p.stderr.count("\n") == 1, p.stderr)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: run_cases.py CASE\ncases: " + " ".join(sorted(CASES)))
+        sys.exit(2)
+    CASES[sys.argv[1]]()
+    print("ok", sys.argv[1])
