@@ -46,6 +46,45 @@ int cli_parse_duration(uint64_t *out, const char *s);
 int cli_parse_cpus(uint64_t *out, const char *s);
 int cli_parse_count(int64_t *out, const char *s);
 
+/*
+ * Options shared by run and batch: limits, image, network, files, env.
+ * CLI_RUN_LONGOPTS goes into a struct option table; cli_run_option()
+ * handles one of them. Returns 0 when handled, 1 when opt is not one of
+ * them, CLI_EXIT_USAGE (message printed) when its argument is bad.
+ */
+enum {
+	CLI_OPT_TIMEOUT = 256, CLI_OPT_CELL_TIMEOUT, CLI_OPT_MEMORY, CLI_OPT_CPUS, CLI_OPT_PIDS,
+	CLI_OPT_DISK, CLI_OPT_NETWORK, CLI_OPT_IMAGE, CLI_OPT_MAX_OUTPUT, CLI_OPT_JSON,
+	CLI_OPT_FIRST_LOCAL = 300,
+};
+#define CLI_RUN_LONGOPTS                                                      \
+	{ "file", required_argument, NULL, 'f' },                             \
+	{ "env", required_argument, NULL, 'e' },                              \
+	{ "timeout", required_argument, NULL, CLI_OPT_TIMEOUT },              \
+	{ "cell-timeout", required_argument, NULL, CLI_OPT_CELL_TIMEOUT },    \
+	{ "memory", required_argument, NULL, CLI_OPT_MEMORY },                \
+	{ "cpus", required_argument, NULL, CLI_OPT_CPUS },                    \
+	{ "pids", required_argument, NULL, CLI_OPT_PIDS },                    \
+	{ "disk", required_argument, NULL, CLI_OPT_DISK },                    \
+	{ "network", required_argument, NULL, CLI_OPT_NETWORK },              \
+	{ "image", required_argument, NULL, CLI_OPT_IMAGE },                  \
+	{ "max-output", required_argument, NULL, CLI_OPT_MAX_OUTPUT }
+/* Help text for CLI_RUN_LONGOPTS. */
+extern const char cli_run_options_help[];
+
+struct cli_run_args {
+	struct nbrun_run_options opts;
+	const char **files; /* sized for argc */
+	size_t nfiles;
+	const char **env;
+	size_t nenv;
+};
+int cli_run_args_init(struct cli_run_args *a, int argc);
+void cli_run_args_free(struct cli_run_args *a);
+int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char *cmd);
+/* After parsing: cross-checks; wires files/env into opts. 0 or CLI_EXIT_USAGE. */
+int cli_run_args_finish(struct cli_run_args *a, const char *cmd);
+
 /* Exit code for a finished result / a library error. */
 int cli_exit_for_status(enum nbrun_status st);
 int cli_exit_for_error(int err);
@@ -58,5 +97,6 @@ int cli_print_json(const struct nbrun_result *r);
 int cmd_run(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

@@ -26,33 +26,21 @@ static void run_help(void)
 	       "\n"
 	       "Run Python in a fresh, locked-down jupyter-runtime container and print what it\n"
 	       "produced: stdout, stderr, results, errors with tracebacks, images and files.\n"
-	       "'# %%' lines split code into cells; an error in one cell keeps the outputs of\n"
+	       "'# %%%%' lines split code into cells; an error in one cell keeps the outputs of\n"
 	       "the cells before it. A .ipynb is run as it is.\n"
 	       "\n"
-	       "Input:\n"
 	       "  -c, --code CODE       the code to run\n"
-	       "  -f, --file PATH       upload a file or directory to /mnt/data/<name> (repeatable)\n"
-	       "  -e, --env KEY=VALUE   set a variable in the sandbox (repeatable; nothing else leaks in)\n"
-	       "Limits:\n"
-	       "  --timeout DURATION    wall clock for the whole run (default 60s; 500ms, 2m, 1h)\n"
-	       "  --cell-timeout DUR    one cell (default: the timeout less 4 s)\n"
-	       "  --memory SIZE         memory, no extra swap (default 1G)\n"
-	       "  --cpus N              CPUs, fractions allowed (default 1)\n"
-	       "  --pids N              processes and threads (default 256)\n"
-	       "  --disk SIZE           size of /mnt/data (default 512M)\n"
-	       "  --network MODE        none (default) or bridge\n"
-	       "  --image NAME          runtime image (default jupyter-runtime:%s)\n"
+	       "%s"
 	       "Output:\n"
 	       "  -o, --out DIR         output directory (default ./nbrun-out/<run-id>); it receives\n"
 	       "                        notebook.ipynb, result.json, images/ and files/\n"
-	       "  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n"
 	       "  --json                print the result document (schemas/result.schema.json)\n"
 	       "  -q, --quiet           no progress on a terminal\n"
 	       "  -h, --help            this text\n"
 	       "\n"
 	       "Exit codes: 0 ok, 1 a cell raised, 2 usage, 3 timeout or out of memory,\n"
 	       "4 engine or image problem, 5 other failure, 130 interrupted.\n",
-	       nbrun_version());
+	       cli_run_options_help);
 }
 
 static const char *phase_name(enum nbrun_phase p)
@@ -106,30 +94,16 @@ static bool ends_with(const char *s, const char *suffix)
 
 int cmd_run(int argc, char **argv)
 {
-	enum { OPT_TIMEOUT = 256, OPT_CELL_TIMEOUT, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_DISK,
-	       OPT_NETWORK, OPT_IMAGE, OPT_MAX_OUTPUT, OPT_JSON };
 	static const struct option longopts[] = {
 		{ "code", required_argument, NULL, 'c' },
-		{ "file", required_argument, NULL, 'f' },
-		{ "env", required_argument, NULL, 'e' },
 		{ "out", required_argument, NULL, 'o' },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ "cell-timeout", required_argument, NULL, OPT_CELL_TIMEOUT },
-		{ "memory", required_argument, NULL, OPT_MEMORY },
-		{ "cpus", required_argument, NULL, OPT_CPUS },
-		{ "pids", required_argument, NULL, OPT_PIDS },
-		{ "disk", required_argument, NULL, OPT_DISK },
-		{ "network", required_argument, NULL, OPT_NETWORK },
-		{ "image", required_argument, NULL, OPT_IMAGE },
-		{ "max-output", required_argument, NULL, OPT_MAX_OUTPUT },
-		{ "json", no_argument, NULL, OPT_JSON },
+		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	struct nbrun_run_options opts = NBRUN_RUN_OPTIONS_INIT;
-	const char **files = NULL, **env = NULL;
-	size_t nfiles = 0, nenv = 0;
+	struct cli_run_args args;
 	const char *code = NULL, *input = NULL;
 	char *text = NULL;
 	size_t text_len = 0;
@@ -137,12 +111,9 @@ int cmd_run(int argc, char **argv)
 	struct nbrun_ctx *ctx = NULL;
 	struct nbrun_result *res = NULL;
 	struct sigaction sa;
-	uint64_t u;
 	int c, rc, ret = CLI_EXIT_FAILED;
 
-	files = calloc((size_t)argc, sizeof(*files));
-	env = calloc((size_t)argc, sizeof(*env));
-	if (!files || !env) {
+	if (cli_run_args_init(&args, argc) < 0) {
 		cli_error("out of memory");
 		goto out;
 	}
@@ -150,75 +121,21 @@ int cmd_run(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "c:f:e:o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': code = optarg; break;
-		case 'f': files[nfiles++] = optarg; break;
-		case 'e':
-			if (!strchr(optarg, '=') || optarg[0] == '=') {
-				ret = cli_usage_error("run", "--env wants KEY=VALUE, not '%s'", optarg);
-				goto out;
-			}
-			env[nenv++] = optarg;
-			break;
-		case 'o': opts.out_dir = optarg; break;
+		case 'o': args.opts.out_dir = optarg; break;
 		case 'q': quiet = true; break;
-		case OPT_JSON: json = true; break;
-		case OPT_TIMEOUT:
-			if (cli_parse_duration(&opts.timeout_ms, optarg) < 0) {
-				ret = cli_usage_error("run", "--timeout: '%s' is not a positive duration", optarg);
-				goto out;
-			}
-			break;
-		case OPT_CELL_TIMEOUT:
-			if (cli_parse_duration(&opts.cell_timeout_ms, optarg) < 0) {
-				ret = cli_usage_error("run", "--cell-timeout: '%s' is not a positive duration", optarg);
-				goto out;
-			}
-			break;
-		case OPT_MEMORY:
-			if (cli_parse_size(&opts.memory_bytes, optarg) < 0) {
-				ret = cli_usage_error("run", "--memory: '%s' is not a positive size", optarg);
-				goto out;
-			}
-			break;
-		case OPT_DISK:
-			if (cli_parse_size(&opts.disk_bytes, optarg) < 0) {
-				ret = cli_usage_error("run", "--disk: '%s' is not a positive size", optarg);
-				goto out;
-			}
-			break;
-		case OPT_CPUS:
-			if (cli_parse_cpus(&opts.nano_cpus, optarg) < 0) {
-				ret = cli_usage_error("run", "--cpus: '%s' is not a positive number", optarg);
-				goto out;
-			}
-			break;
-		case OPT_PIDS:
-			if (cli_parse_count(&opts.pids, optarg) < 0) {
-				ret = cli_usage_error("run", "--pids: '%s' is not a positive whole number", optarg);
-				goto out;
-			}
-			break;
-		case OPT_NETWORK:
-			if (strcmp(optarg, "none") && strcmp(optarg, "bridge")) {
-				ret = cli_usage_error("run", "--network: '%s' is not none or bridge", optarg);
-				goto out;
-			}
-			opts.network = optarg;
-			break;
-		case OPT_IMAGE: opts.image = optarg; break;
-		case OPT_MAX_OUTPUT:
-			if (cli_parse_size(&u, optarg) < 0) {
-				ret = cli_usage_error("run", "--max-output: '%s' is not a positive size", optarg);
-				goto out;
-			}
-			opts.limits.max_output = (size_t)u;
-			break;
+		case CLI_OPT_JSON: json = true; break;
 		case 'h':
 			run_help();
 			ret = CLI_EXIT_OK;
 			goto out;
 		default:
-			ret = cli_usage_error("run", "bad option");
-			goto out;
+			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "run");
+			if (rc == 1)
+				rc = cli_usage_error("run", "bad option");
+			if (rc) {
+				ret = CLI_EXIT_USAGE;
+				goto out;
+			}
 		}
 	}
 	if (optind < argc)
@@ -232,19 +149,15 @@ int cmd_run(int argc, char **argv)
 						  : "no code: give -c CODE, a FILE.py, a FILE.ipynb or - for stdin");
 		goto out;
 	}
-	if (opts.cell_timeout_ms > opts.timeout_ms) {
-		ret = cli_usage_error("run", "--cell-timeout cannot exceed --timeout");
+	if (cli_run_args_finish(&args, "run")) {
+		ret = CLI_EXIT_USAGE;
 		goto out;
 	}
 	if (input && read_all(&text, &text_len, input) < 0)
 		goto out;
-	opts.files = files;
-	opts.file_count = nfiles;
-	opts.env = env;
-	opts.env_count = nenv;
-	opts.cancel = &run_interrupted;
+	args.opts.cancel = &run_interrupted;
 	if (!quiet && isatty(STDERR_FILENO))
-		opts.progress = run_progress;
+		args.opts.progress = run_progress;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = run_on_signal;
@@ -257,9 +170,9 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	if (input && ends_with(input, ".ipynb"))
-		rc = nbrun_run_notebook(&res, ctx, text, text_len, &opts);
+		rc = nbrun_run_notebook(&res, ctx, text, text_len, &args.opts);
 	else
-		rc = nbrun_run_code(&res, ctx, code ? code : text, &opts);
+		rc = nbrun_run_code(&res, ctx, code ? code : text, &args.opts);
 	if (rc < 0) {
 		cli_error("%s", nbrun_ctx_errmsg(ctx));
 		ret = cli_exit_for_error(rc);
@@ -276,7 +189,6 @@ out:
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);
 	free(text);
-	free(files);
-	free(env);
+	cli_run_args_free(&args);
 	return ret;
 }

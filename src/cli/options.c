@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdio.h>
 
 #include "cli.h"
 
@@ -98,4 +99,106 @@ int cli_exit_for_error(int err)
 	case NBRUN_ECANCELLED: return 130;
 	default: return CLI_EXIT_FAILED;
 	}
+}
+
+const char cli_run_options_help[] =
+	"Input:\n"
+	"  -f, --file PATH       upload a file or directory to /mnt/data/<name> (repeatable)\n"
+	"  -e, --env KEY=VALUE   set a variable in the sandbox (repeatable; nothing else leaks in)\n"
+	"Limits:\n"
+	"  --timeout DURATION    wall clock for the whole run (default 60s; 500ms, 2m, 1h)\n"
+	"  --cell-timeout DUR    one cell (default: the timeout less 4 s)\n"
+	"  --memory SIZE         memory, no extra swap (default 1G; K, M, G suffixes)\n"
+	"  --cpus N              CPUs, fractions allowed (default 1)\n"
+	"  --pids N              processes and threads (default 256)\n"
+	"  --disk SIZE           size of /mnt/data (default 512M)\n"
+	"  --network MODE        none (default) or bridge\n"
+	"  --image NAME          runtime image (default jupyter-runtime:<version>)\n"
+	"  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n";
+
+int cli_run_args_init(struct cli_run_args *a, int argc)
+{
+	struct nbrun_run_options init = NBRUN_RUN_OPTIONS_INIT;
+
+	memset(a, 0, sizeof(*a));
+	a->opts = init;
+	a->files = calloc((size_t)argc + 1, sizeof(*a->files));
+	a->env = calloc((size_t)argc + 1, sizeof(*a->env));
+	return a->files && a->env ? 0 : -1;
+}
+
+void cli_run_args_free(struct cli_run_args *a)
+{
+	free(a->files);
+	free(a->env);
+}
+
+int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char *cmd)
+{
+	struct nbrun_run_options *o = &a->opts;
+	uint64_t u;
+
+	switch (opt) {
+	case 'f':
+		a->files[a->nfiles++] = arg;
+		return 0;
+	case 'e':
+		if (!strchr(arg, '=') || arg[0] == '=')
+			return cli_usage_error(cmd, "--env wants KEY=VALUE, not '%s'", arg);
+		a->env[a->nenv++] = arg;
+		return 0;
+	case CLI_OPT_TIMEOUT:
+		if (cli_parse_duration(&o->timeout_ms, arg) < 0)
+			return cli_usage_error(cmd, "--timeout: '%s' is not a positive duration", arg);
+		return 0;
+	case CLI_OPT_CELL_TIMEOUT:
+		if (cli_parse_duration(&o->cell_timeout_ms, arg) < 0)
+			return cli_usage_error(cmd, "--cell-timeout: '%s' is not a positive duration", arg);
+		return 0;
+	case CLI_OPT_MEMORY:
+		if (cli_parse_size(&o->memory_bytes, arg) < 0)
+			return cli_usage_error(cmd, "--memory: '%s' is not a positive size", arg);
+		return 0;
+	case CLI_OPT_DISK:
+		if (cli_parse_size(&o->disk_bytes, arg) < 0)
+			return cli_usage_error(cmd, "--disk: '%s' is not a positive size", arg);
+		return 0;
+	case CLI_OPT_CPUS:
+		if (cli_parse_cpus(&o->nano_cpus, arg) < 0)
+			return cli_usage_error(cmd, "--cpus: '%s' is not a positive number", arg);
+		return 0;
+	case CLI_OPT_PIDS:
+		if (cli_parse_count(&o->pids, arg) < 0)
+			return cli_usage_error(cmd, "--pids: '%s' is not a positive whole number", arg);
+		return 0;
+	case CLI_OPT_NETWORK:
+		if (strcmp(arg, "none") && strcmp(arg, "bridge"))
+			return cli_usage_error(cmd, "--network: '%s' is not none or bridge", arg);
+		o->network = arg;
+		return 0;
+	case CLI_OPT_IMAGE:
+		o->image = arg;
+		return 0;
+	case CLI_OPT_MAX_OUTPUT:
+		if (cli_parse_size(&u, arg) < 0)
+			return cli_usage_error(cmd, "--max-output: '%s' is not a positive size", arg);
+		o->limits.max_output = (size_t)u;
+		return 0;
+	}
+	return 1;
+}
+
+int cli_run_args_finish(struct cli_run_args *a, const char *cmd)
+{
+	if (a->opts.cell_timeout_ms > a->opts.timeout_ms)
+		return cli_usage_error(cmd, "--cell-timeout cannot exceed --timeout");
+	if (a->opts.memory_bytes < (64ULL << 20))
+		return cli_usage_error(cmd, "--memory must be at least 64M");
+	if (a->opts.disk_bytes < (1ULL << 20))
+		return cli_usage_error(cmd, "--disk must be at least 1M");
+	a->opts.files = a->files;
+	a->opts.file_count = a->nfiles;
+	a->opts.env = a->env;
+	a->opts.env_count = a->nenv;
+	return 0;
 }

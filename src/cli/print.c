@@ -1,20 +1,181 @@
 /* SPDX-License-Identifier: MIT */
-/* STUB: human and JSON output of a result. */
+/* Human and JSON output of a result. */
+#include <jansson.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
+#define BOLD(color) ((color) ? "\033[1m" : "")
+#define RESET(color) ((color) ? "\033[0m" : "")
+
+/*
+ * Everything printed may come from the sandbox (text, file names), so no
+ * byte that a terminal would act on gets through: C0 controls other than
+ * newline and tab, DEL and the C1 range (U+0080..U+009F) become '?'.
+ */
+static void put_safe(FILE *fp, const char *s, bool newlines)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (; *p; p++) {
+		if (*p == '\n' || *p == '\t') {
+			fputc(newlines ? *p : ' ', fp);
+		} else if (*p == '\r' && newlines) {
+			/* a lone CR would overwrite a line on a terminal: print it as a line break */
+			if (p[1] != '\n')
+				fputc('\n', fp);
+		} else if (*p < 0x20 || *p == 0x7f) {
+			fputc('?', fp);
+		} else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			fputc('?', fp);
+			p++;
+		} else {
+			fputc(*p, fp);
+		}
+	}
+}
+
+/* Text block that ends with a newline whatever it held. */
+static void put_block(FILE *fp, const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (!n)
+		return;
+	put_safe(fp, s, true);
+	if (s[n - 1] != '\n')
+		fputc('\n', fp);
+}
+
+static const char *str(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : "";
+}
+
+static void print_error(FILE *fp, const json_t *err, bool color)
+{
+	const char *name = str(err, "name"), *value = str(err, "value"), *tb = str(err, "traceback");
+	size_t nlen = strlen(name), vlen = strlen(value), tlen = strlen(tb);
+	const char *last;
+
+	put_block(fp, tb);
+	/* IPython's traceback already ends with "Name: value"; do not say it twice. */
+	while (tlen && tb[tlen - 1] == '\n')
+		tlen--;
+	last = tb + tlen;
+	while (last > tb && last[-1] != '\n')
+		last--;
+	if ((size_t)(tb + tlen - last) == nlen + 2 + vlen && !strncmp(last, name, nlen) &&
+	    !strncmp(last + nlen, ": ", 2) && !strncmp(last + nlen + 2, value, vlen))
+		return;
+	fputs(BOLD(color), fp);
+	put_safe(fp, name, false);
+	if (vlen) {
+		fputs(": ", fp);
+		put_safe(fp, value, false);
+	}
+	fprintf(fp, "%s\n", RESET(color));
+}
+
+static void print_paths(FILE *fp, const json_t *list, const char *title, const char *out_dir,
+			bool color)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_array_size(list))
+		return;
+	fprintf(fp, "%s%s:%s\n", BOLD(color), title, RESET(color));
+	json_array_foreach(list, i, e) {
+		fputs("  ", fp);
+		if (out_dir) {
+			put_safe(fp, out_dir, false);
+			fputc('/', fp);
+		}
+		put_safe(fp, str(e, "path"), false);
+		if (json_is_string(json_object_get(e, "mime")))
+			fprintf(fp, " (%s, %" JSON_INTEGER_FORMAT " bytes)", str(e, "mime"),
+				json_integer_value(json_object_get(e, "bytes")));
+		else
+			fprintf(fp, " (%" JSON_INTEGER_FORMAT " bytes)",
+				json_integer_value(json_object_get(e, "bytes")));
+		fputc('\n', fp);
+	}
+}
+
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color)
 {
-	fputs(nbrun_result_stdout(r), fp);
+	const char *status, *out_dir;
+	char *text = NULL;
+	json_t *doc = NULL, *e;
+	size_t i;
+
+	/* The public API hands out the document; reading it back keeps one source of truth. */
+	if (nbrun_result_to_json(&text, r, 0) < 0 || !(doc = json_loads(text, JSON_ALLOW_NUL, NULL))) {
+		cli_error("out of memory printing the result");
+		goto out;
+	}
+	out_dir = json_string_value(json_object_get(doc, "out_dir"));
+	put_block(fp, str(doc, "stdout"));
+	put_block(fp, str(doc, "stderr"));
+	json_array_foreach(json_object_get(doc, "results"), i, e) {
+		fprintf(fp, "%sOut[%" JSON_INTEGER_FORMAT "]:%s ", BOLD(color),
+			json_integer_value(json_object_get(e, "cell")), RESET(color));
+		put_block(fp, str(e, "text"));
+		if (!*str(e, "text"))
+			fputc('\n', fp);
+	}
+	if (json_is_object(json_object_get(doc, "error")))
+		print_error(fp, json_object_get(doc, "error"), color);
+	print_paths(fp, json_object_get(doc, "images"), "images", out_dir, color);
+	print_paths(fp, json_object_get(doc, "files"), "files", out_dir, color);
+	if (json_array_size(json_object_get(doc, "skipped"))) {
+		fprintf(fp, "%sskipped:%s\n", BOLD(color), RESET(color));
+		json_array_foreach(json_object_get(doc, "skipped"), i, e) {
+			fputs("  ", fp);
+			put_safe(fp, str(e, "path"), false);
+			fputs(": ", fp);
+			put_safe(fp, str(e, "reason"), false);
+			if (json_is_integer(json_object_get(e, "count")))
+				fprintf(fp, " (%" JSON_INTEGER_FORMAT " entries)",
+					json_integer_value(json_object_get(e, "count")));
+			fputc('\n', fp);
+		}
+	}
+	if (json_is_true(json_object_get(doc, "truncated")))
+		fputs("note: some output was cut to the limits; result.json has the details\n", fp);
+	status = str(doc, "status");
+	if (!strcmp(status, "timeout") || !strcmp(status, "oom") || !strcmp(status, "failed")) {
+		fprintf(fp, "%sstatus: %s%s", BOLD(color), status, RESET(color));
+		if (*str(doc, "message")) {
+			fputs(": ", fp);
+			put_safe(fp, str(doc, "message"), false);
+		}
+		fputc('\n', fp);
+	}
+out:
+	fflush(fp);
+	json_decref(doc);
+	free(text);
 }
 
 int cli_print_json(const struct nbrun_result *r)
 {
-	char *s;
-	if (nbrun_result_to_json(&s, r, 1) < 0)
+	char *s = NULL;
+	int rc = 0;
+
+	if (nbrun_result_to_json(&s, r, 1) < 0) {
+		cli_error("out of memory printing the result");
 		return -1;
-	puts(s);
+	}
+	fputs(s, stdout);
+	fputc('\n', stdout);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		cli_error("cannot write the result to stdout");
+		rc = -1;
+	}
 	free(s);
-	return 0;
+	return rc;
 }

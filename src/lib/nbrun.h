@@ -230,6 +230,24 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 				    const struct nbrun_run_options *opts);
 
 /**
+ * Inject parameters into a notebook the way papermill does: a new code cell
+ * tagged "injected-parameters" right after the cell tagged "parameters" (or
+ * first when no cell is tagged), assigning each parameter as a Python
+ * literal.
+ * @param out       receives the new notebook text (NUL-terminated); free()
+ * @param out_len   receives its length (may be NULL)
+ * @param notebook  nbformat 4 JSON text
+ * @param len       its length
+ * @param params    a JSON object text: {"name": value, ...}; values may be
+ *                  numbers, booleans, null, strings, arrays and objects
+ * @return 0; NBRUN_EPARSE (notebook or params malformed), NBRUN_EINVAL (a
+ *         name that is not a Python identifier), NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struct nbrun_ctx *ctx,
+					      const char *notebook, size_t len,
+					      const char *params);
+
+/**
  * Remove containers and volumes left by earlier runs (for example after
  * nbrun was killed with SIGKILL). Only objects labelled nbrun.run are
  * touched.

@@ -4,7 +4,9 @@
  * code into cells, so that an error in one cell keeps the outputs of the
  * cells before it. "# %% [markdown]" starts a markdown cell.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nbrun-private.h"
@@ -117,4 +119,183 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 	}
 	*out = nb;
 	return 0;
+}
+
+/* ---- parameters (papermill style) ------------------------------------------ */
+
+static bool nb_is_identifier(const char *s)
+{
+	static const char *const keywords[] = {
+		"False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
+		"continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
+		"if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise",
+		"return", "try", "while", "with", "yield",
+	};
+	if (!*s || (*s >= '0' && *s <= '9') || strlen(s) > 200)
+		return false;
+	for (const char *p = s; *p; p++)
+		if (!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9')))
+			return false;
+	for (size_t i = 0; i < sizeof(keywords) / sizeof(keywords[0]); i++)
+		if (!strcmp(s, keywords[i]))
+			return false;
+	return true;
+}
+
+/* A JSON value as a Python literal. */
+static int nb_py_literal(struct buf *b, const json_t *v, int depth)
+{
+	const char *key;
+	json_t *item;
+	size_t i;
+	int rc = 0;
+
+	if (depth > 32)
+		return -EINVAL;
+	switch (json_typeof(v)) {
+	case JSON_NULL: return buf_puts(b, "None");
+	case JSON_TRUE: return buf_puts(b, "True");
+	case JSON_FALSE: return buf_puts(b, "False");
+	case JSON_INTEGER: return buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	case JSON_REAL: {
+		double d = json_real_value(v);
+		char tmp[64];
+		snprintf(tmp, sizeof(tmp), "%.17g", d);
+		/* Keep it a float in Python: "1" would be an int. */
+		if (!strpbrk(tmp, ".eEn"))
+			strcat(tmp, ".0");
+		return buf_puts(b, tmp);
+	}
+	case JSON_STRING: {
+		/* A JSON string literal is a valid Python one when '/' is not escaped
+		 * and non-ASCII stays UTF-8 (no surrogate-pair escapes). */
+		json_t *copy = json_stringn(json_string_value(v), json_string_length(v));
+		char *text = copy ? json_dumps(copy, JSON_ENCODE_ANY) : NULL;
+		rc = text ? buf_puts(b, text) : -ENOMEM;
+		free(text);
+		json_decref(copy);
+		return rc;
+	}
+	case JSON_ARRAY:
+		rc = buf_puts(b, "[");
+		json_array_foreach(v, i, item) {
+			if (rc == 0 && i)
+				rc = buf_puts(b, ", ");
+			if (rc == 0)
+				rc = nb_py_literal(b, item, depth + 1);
+		}
+		return rc ? rc : buf_puts(b, "]");
+	case JSON_OBJECT:
+		rc = buf_puts(b, "{");
+		i = 0;
+		json_object_foreach((json_t *)v, key, item) {
+			json_t *k = json_string(key);
+			if (rc == 0 && i++)
+				rc = buf_puts(b, ", ");
+			if (rc == 0)
+				rc = k ? nb_py_literal(b, k, depth + 1) : -ENOMEM;
+			json_decref(k);
+			if (rc == 0)
+				rc = buf_puts(b, ": ");
+			if (rc == 0)
+				rc = nb_py_literal(b, item, depth + 1);
+		}
+		return rc ? rc : buf_puts(b, "}");
+	}
+	return -EINVAL;
+}
+
+static bool nb_has_tag(const json_t *cell, const char *tag)
+{
+	const json_t *t;
+	size_t i;
+
+	json_array_foreach(json_object_get(json_object_get(cell, "metadata"), "tags"), i, t)
+		if (json_is_string(t) && !strcmp(json_string_value(t), tag))
+			return true;
+	return false;
+}
+
+NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struct nbrun_ctx *ctx,
+					      const char *notebook, size_t len,
+					      const char *params)
+{
+	struct buf src = BUF_INIT(16u << 20);
+	json_t *nb = NULL, *p = NULL, *cells, *cell, *v;
+	json_error_t jerr;
+	const char *name;
+	size_t i, at = 0;
+	char *text = NULL;
+	int rc;
+
+	*out = NULL;
+	if (out_len)
+		*out_len = 0;
+	rc = nbrun__notebook_loadb(&nb, ctx, notebook, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES);
+	if (rc < 0)
+		return rc;
+	p = json_loads(params ? params : "{}", JSON_REJECT_DUPLICATES, &jerr);
+	if (!json_is_object(p)) {
+		rc = nbrun__err(ctx, NBRUN_EPARSE, "parameters are not a JSON object%s%s",
+				p ? "" : ": ", p ? "" : jerr.text);
+		goto out;
+	}
+	rc = buf_puts(&src, "# Parameters\n");
+	json_object_foreach(p, name, v) {
+		if (!nb_is_identifier(name)) {
+			rc = nbrun__err(ctx, NBRUN_EINVAL, "parameter name '%s' is not a Python identifier",
+					name);
+			goto out;
+		}
+		if (rc == 0)
+			rc = buf_printf(&src, "%s = ", name);
+		if (rc == 0)
+			rc = nb_py_literal(&src, v, 0);
+		if (rc == 0)
+			rc = buf_puts(&src, "\n");
+	}
+	if (rc < 0) {
+		rc = nbrun__err(ctx, rc == -ENOMEM ? NBRUN_ENOMEM : NBRUN_EINVAL,
+				"parameters cannot be written as Python");
+		goto out;
+	}
+	cells = json_object_get(nb, "cells");
+	if (!json_is_array(cells)) {
+		rc = nbrun__err(ctx, NBRUN_EPARSE, "notebook has no cell list");
+		goto out;
+	}
+	/* A notebook that already went through injection gets fresh values, not two cells. */
+	for (i = json_array_size(cells); i-- > 0;)
+		if (nb_has_tag(json_array_get(cells, i), "injected-parameters"))
+			json_array_remove(cells, i);
+	json_array_foreach(cells, i, cell)
+		if (nb_has_tag(cell, "parameters")) {
+			at = i + 1;
+			break;
+		}
+	cell = json_pack("{s:s, s:s, s:{s:[s]}, s:n, s:[], s:s}", "cell_type", "code", "id",
+			 "injected-parameters", "metadata", "tags", "injected-parameters",
+			 "execution_count", "outputs", "source", src.data);
+	/* Cell ids exist from nbformat 4.5 on; older notebooks must not get one. */
+	if (cell && json_integer_value(json_object_get(nb, "nbformat_minor")) < 5)
+		json_object_del(cell, "id");
+	if (!cell || json_array_insert_new(cells, at, cell) < 0) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		goto out;
+	}
+	text = json_dumps(nb, JSON_INDENT(1));
+	if (!text) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (out_len)
+		*out_len = strlen(text);
+	*out = text;
+	rc = 0;
+out:
+	buf_free(&src);
+	json_decref(nb);
+	json_decref(p);
+	return rc;
 }

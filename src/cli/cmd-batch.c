@@ -1,0 +1,651 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nbrun batch: many notebooks, each in its own fresh container, -j at a time;
+ * papermill-style parameters; a live view on a terminal; report.json and
+ * report.jsonl (one line per notebook as it finishes).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cli.h"
+
+#define BATCH_NOTEBOOK_MAX (256u << 20)
+#define BATCH_MAX_JOBS 100000
+
+enum job_state { JOB_WAITING, JOB_RUNNING, JOB_DONE };
+
+struct job {
+	const char *path;
+	char *name;     /* directory name under the batch's out dir, unique */
+	json_t *params; /* object or NULL */
+	enum job_state state;
+	uint64_t start_ms, end_ms;
+	json_t *entry;  /* the report entry once done */
+};
+
+struct batch {
+	struct job *jobs;
+	size_t n, next, running, done;
+	size_t counts[NBRUN_STATUS_FAILED + 1];
+	bool engine_failed, fail_fast, tty, stop;
+	struct nbrun_run_options opts;
+	char *out_dir;
+	FILE *jsonl;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	uint64_t t0;
+};
+
+static volatile sig_atomic_t batch_interrupted;
+
+static void batch_on_signal(int sig)
+{
+	batch_interrupted = 1;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void batch_help(void)
+{
+	printf("Usage: nbrun batch [OPTIONS] NOTEBOOK.ipynb...\n"
+	       "\n"
+	       "Run many notebooks, each in its own fresh locked-down container, in parallel.\n"
+	       "Results go to DIR/<notebook-name>/ (executed notebook, result.json, images/,\n"
+	       "files/), with DIR/report.json and DIR/report.jsonl for the whole batch.\n"
+	       "\n"
+	       "Batch:\n"
+	       "  -j, --jobs N          containers at once (default: number of cores)\n"
+	       "  -o, --out DIR         output directory (default ./nbrun-out/batch-<time>)\n"
+	       "  --fail-fast           stop everything at the first notebook that does not end ok\n"
+	       "  --json                print report.json instead of the summary table\n"
+	       "  -q, --quiet           no live progress on a terminal\n"
+	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
+	       "tagged parameters, or first):\n"
+	       "  -p, --param NAME VALUE  typed: int, float, True/False, None, else a string\n"
+	       "  -y, --params JSON       a JSON object of parameters\n"
+	       "  --param-grid FILE.json  a JSON list of objects: every notebook runs once per set\n"
+	       "%s"
+	       "\n"
+	       "Exit codes: 0 all ok, 1 a cell raised somewhere, 2 usage, 3 a timeout or out of\n"
+	       "memory, 4 engine or image problem, 5 other failure, 130 interrupted.\n",
+	       cli_run_options_help);
+}
+
+/* papermill's -p typing: int, float, bool, None, else string. */
+static json_t *batch_typed_value(const char *v)
+{
+	char *end;
+	long long ll;
+	double d;
+
+	if (!strcmp(v, "True") || !strcmp(v, "true"))
+		return json_true();
+	if (!strcmp(v, "False") || !strcmp(v, "false"))
+		return json_false();
+	if (!strcmp(v, "None"))
+		return json_null();
+	errno = 0;
+	ll = strtoll(v, &end, 10);
+	if (*v && !*end && !errno)
+		return json_integer(ll);
+	errno = 0;
+	d = strtod(v, &end);
+	if (*v && !*end && !errno && d == d)
+		return json_real(d);
+	return json_string(v);
+}
+
+static char *batch_base_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	size_t len;
+	char *name;
+
+	b = b ? b + 1 : path;
+	len = strlen(b);
+	if (len > 6 && !strcmp(b + len - 6, ".ipynb"))
+		len -= 6;
+	name = strndup(b, len);
+	/* The name becomes a directory: keep it to safe characters. */
+	for (char *p = name; p && *p; p++)
+		if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '_';
+	if (name && (!*name || !strcmp(name, ".") || !strcmp(name, ".."))) {
+		free(name);
+		name = strdup("notebook");
+	}
+	return name;
+}
+
+static bool batch_name_taken(const struct batch *b, size_t upto, const char *name)
+{
+	for (size_t i = 0; i < upto; i++)
+		if (!strcmp(b->jobs[i].name, name))
+			return true;
+	return false;
+}
+
+/* ---- one notebook ---------------------------------------------------------- */
+
+static char *batch_read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+	struct buf b = BUF_INIT(BATCH_NOTEBOOK_MAX);
+	char chunk[65536];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
+			snprintf(err, errlen, "cannot read %s: %s", path,
+				 n < 0 ? strerror(errno) : "larger than 256 MiB");
+			close(fd);
+			buf_free(&b);
+			return NULL;
+		}
+	}
+	close(fd);
+	*len = b.len;
+	return buf_steal(&b);
+}
+
+static const char *batch_first_error_line(const json_t *result)
+{
+	const json_t *e = json_object_get(result, "error");
+	static __thread char line[300];
+
+	if (json_is_object(e)) {
+		snprintf(line, sizeof(line), "%s: %s", json_string_value(json_object_get(e, "name")) ?: "",
+			 json_string_value(json_object_get(e, "value")) ?: "");
+		line[strcspn(line, "\n")] = '\0';
+		return line;
+	}
+	return json_string_value(json_object_get(result, "message"));
+}
+
+static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
+{
+	struct nbrun_ctx *ctx = NULL;
+	struct nbrun_result *res = NULL;
+	struct nbrun_run_options opts = b->opts;
+	char *text = NULL, *injected = NULL, *params = NULL, *dir = NULL, *doc = NULL;
+	char err[512] = "";
+	size_t len = 0;
+	json_t *result = NULL, *entry;
+	int rc = 0;
+
+	*lib_err = 0;
+	if (asprintf(&dir, "%s/%s", b->out_dir, job->name) < 0)
+		dir = NULL;
+	opts.out_dir = dir;
+	text = batch_read_file(job->path, &len, err, sizeof(err));
+	if (!text || !dir || nbrun_ctx_new(&ctx) < 0)
+		goto done;
+	if (job->params) {
+		params = json_dumps(job->params, JSON_COMPACT);
+		rc = params ? nbrun_notebook_inject_params(&injected, &len, ctx, text, len, params)
+			    : NBRUN_ENOMEM;
+		if (rc < 0) {
+			snprintf(err, sizeof(err), "%s", nbrun_ctx_errmsg(ctx));
+			goto done;
+		}
+	}
+	rc = nbrun_run_notebook(&res, ctx, injected ? injected : text, len, &opts);
+	if (rc < 0) {
+		*lib_err = rc;
+		snprintf(err, sizeof(err), "%s", nbrun_ctx_errmsg(ctx));
+		goto done;
+	}
+	if (nbrun_result_to_json(&doc, res, 0) == 0)
+		result = json_loads(doc, 0, NULL);
+done:
+	entry = json_pack("{s:s, s:s, s:O?, s:s?, s:s, s:I, s:s?, s:o?}", "name", job->name,
+			  "notebook", job->path, "params", job->params, "out_dir", dir, "status",
+			  result ? json_string_value(json_object_get(result, "status")) : "failed",
+			  "duration_ms", (json_int_t)(mono_ms() - job->start_ms), "first_error",
+			  result ? batch_first_error_line(result) : (err[0] ? err : "failed"), "result",
+			  result);
+	nbrun_result_free(res);
+	nbrun_ctx_free(ctx);
+	free(text);
+	free(injected);
+	free(params);
+	free(dir);
+	free(doc);
+	return entry;
+}
+
+static enum nbrun_status batch_status_of(const json_t *entry)
+{
+	const char *s = json_string_value(json_object_get(entry, "status"));
+
+	for (enum nbrun_status st = NBRUN_STATUS_OK; s && st <= NBRUN_STATUS_FAILED; st++)
+		if (!strcmp(s, nbrun_status_name(st)))
+			return st;
+	return NBRUN_STATUS_FAILED;
+}
+
+static void *batch_worker(void *p)
+{
+	struct batch *b = p;
+
+	pthread_mutex_lock(&b->lock);
+	while (!b->stop && !batch_interrupted && b->next < b->n) {
+		struct job *job = &b->jobs[b->next++];
+		enum nbrun_status st;
+		json_t *entry;
+		int lib_err;
+
+		job->state = JOB_RUNNING;
+		job->start_ms = mono_ms();
+		b->running++;
+		pthread_cond_broadcast(&b->changed);
+		pthread_mutex_unlock(&b->lock);
+
+		entry = batch_run_one(b, job, &lib_err);
+
+		pthread_mutex_lock(&b->lock);
+		job->end_ms = mono_ms();
+		job->state = JOB_DONE;
+		job->entry = entry;
+		b->running--;
+		b->done++;
+		st = batch_status_of(entry);
+		b->counts[st]++;
+		if (lib_err == NBRUN_EENGINE || lib_err == NBRUN_ENOIMAGE)
+			b->engine_failed = true;
+		if (b->fail_fast && st != NBRUN_STATUS_OK) {
+			b->stop = true;
+			batch_interrupted = 1; /* cancels the runs still going */
+		}
+		if (b->jsonl && entry) {
+			char *line = json_dumps(entry, JSON_COMPACT);
+			if (line) {
+				fprintf(b->jsonl, "%s\n", line);
+				fflush(b->jsonl);
+				free(line);
+			}
+		}
+		if (!b->tty)
+			fprintf(stderr, "[%zu/%zu] %s: %s (%.1f s)\n", b->done, b->n, job->name,
+				json_string_value(json_object_get(entry, "status")) ?: "failed",
+				(double)(job->end_ms - job->start_ms) / 1000.0);
+		pthread_cond_broadcast(&b->changed);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+/* ---- the live view ----------------------------------------------------------- */
+
+static void batch_draw(struct batch *b, size_t *lines_drawn)
+{
+	uint64_t now = mono_ms();
+	double elapsed = (double)(now - b->t0) / 1000.0;
+	size_t failed = b->done - b->counts[NBRUN_STATUS_OK], lines = 0;
+
+	for (size_t i = 0; i < *lines_drawn; i++)
+		fputs("\033[1A\033[2K", stderr);
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->jobs[i].state != JOB_RUNNING)
+			continue;
+		fprintf(stderr, "  %-40.40s running %5.1fs\n", b->jobs[i].name,
+			(double)(now - b->jobs[i].start_ms) / 1000.0);
+		lines++;
+	}
+	fprintf(stderr, "done %zu/%zu  failed %zu  running %zu  elapsed %.0fs", b->done, b->n,
+		failed, b->running, elapsed);
+	if (b->done)
+		fprintf(stderr, "  ETA %.0fs", elapsed / (double)b->done * (double)(b->n - b->done));
+	fputc('\n', stderr);
+	*lines_drawn = lines + 1;
+	fflush(stderr);
+}
+
+/* ---- report ----------------------------------------------------------------- */
+
+static int batch_exit_code(const struct batch *b)
+{
+	if (batch_interrupted && !b->fail_fast)
+		return 130;
+	if (b->engine_failed)
+		return CLI_EXIT_ENGINE;
+	if (b->counts[NBRUN_STATUS_TIMEOUT] || b->counts[NBRUN_STATUS_OOM])
+		return CLI_EXIT_LIMIT;
+	if (b->counts[NBRUN_STATUS_FAILED])
+		return CLI_EXIT_FAILED;
+	if (b->counts[NBRUN_STATUS_ERROR])
+		return CLI_EXIT_RAISED;
+	return CLI_EXIT_OK;
+}
+
+static json_t *batch_report(const struct batch *b, unsigned int jobs)
+{
+	json_t *list = json_array(), *report;
+
+	for (size_t i = 0; list && i < b->n; i++)
+		if (b->jobs[i].entry)
+			json_array_append(list, b->jobs[i].entry);
+	report = json_pack("{s:s, s:s, s:i, s:I, s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
+			   "nbrun", nbrun_version(), "out_dir", b->out_dir, "jobs", (int)jobs,
+			   "duration_ms", (json_int_t)(mono_ms() - b->t0), "interrupted",
+			   batch_interrupted && !b->fail_fast, "summary", "total", (json_int_t)b->n,
+			   "ok", (json_int_t)b->counts[NBRUN_STATUS_OK], "error",
+			   (json_int_t)b->counts[NBRUN_STATUS_ERROR], "timeout",
+			   (json_int_t)b->counts[NBRUN_STATUS_TIMEOUT], "oom",
+			   (json_int_t)b->counts[NBRUN_STATUS_OOM], "failed",
+			   (json_int_t)b->counts[NBRUN_STATUS_FAILED], "not_run",
+			   (json_int_t)(b->n - b->done), "notebooks", list);
+	return report;
+}
+
+static void batch_print_table(const struct batch *b)
+{
+	printf("%-32s %-8s %9s  %s\n", "NOTEBOOK", "STATUS", "DURATION", "FIRST ERROR");
+	for (size_t i = 0; i < b->n; i++) {
+		const json_t *e = b->jobs[i].entry;
+		const char *first = e ? json_string_value(json_object_get(e, "first_error")) : NULL;
+		printf("%-32.32s %-8s %8.1fs  %.100s\n", b->jobs[i].name,
+		       e ? json_string_value(json_object_get(e, "status")) : "not run",
+		       e ? (double)json_integer_value(json_object_get(e, "duration_ms")) / 1000.0 : 0.0,
+		       first ? first : "");
+	}
+	printf("\n%zu notebooks: %zu ok, %zu error, %zu timeout, %zu oom, %zu failed, %zu not run; %s\n",
+	       b->n, b->counts[NBRUN_STATUS_OK], b->counts[NBRUN_STATUS_ERROR],
+	       b->counts[NBRUN_STATUS_TIMEOUT], b->counts[NBRUN_STATUS_OOM],
+	       b->counts[NBRUN_STATUS_FAILED], b->n - b->done, b->out_dir);
+}
+
+static int batch_mkdirs(const char *dir)
+{
+	char *copy = strdup(dir);
+	int rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *p = copy + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(copy, 0755) < 0 && errno != EEXIST)
+			rc = -errno;
+		*p = '/';
+	}
+	if (rc == 0 && mkdir(copy, 0755) < 0 && errno != EEXIST)
+		rc = -errno;
+	free(copy);
+	return rc;
+}
+
+/* ---- command ------------------------------------------------------------------ */
+
+static int batch_add_jobs(struct batch *b, char **paths, size_t npaths, json_t *grid, json_t *fixed)
+{
+	size_t sets = grid ? json_array_size(grid) : 1;
+
+	if (npaths * sets > BATCH_MAX_JOBS)
+		return -1;
+	b->jobs = calloc(npaths * sets, sizeof(*b->jobs));
+	if (!b->jobs)
+		return -1;
+	for (size_t i = 0; i < npaths; i++) {
+		for (size_t k = 0; k < sets; k++) {
+			struct job *job = &b->jobs[b->n];
+			char *base = batch_base_name(paths[i]), *name = NULL;
+			json_t *params = NULL;
+
+			if (!base)
+				return -1;
+			if (grid || json_object_size(fixed)) {
+				params = json_deep_copy(fixed);
+				if (grid)
+					json_object_update(params, json_array_get(grid, k));
+			}
+			if (grid && asprintf(&name, "%s-p%zu", base, k) < 0)
+				name = NULL;
+			else if (!grid)
+				name = strdup(base);
+			for (int n = 2; name && batch_name_taken(b, b->n, name); n++) {
+				free(name);
+				if (asprintf(&name, "%s-%d", base, n) < 0)
+					name = NULL;
+			}
+			free(base);
+			if (!name)
+				return -1;
+			job->path = paths[i];
+			job->name = name;
+			job->params = params;
+			b->n++;
+		}
+	}
+	return 0;
+}
+
+int cmd_batch(int argc, char **argv)
+{
+	enum { OPT_FAIL_FAST = CLI_OPT_FIRST_LOCAL, OPT_GRID };
+	static const struct option longopts[] = {
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "param", required_argument, NULL, 'p' },
+		{ "params", required_argument, NULL, 'y' },
+		{ "param-grid", required_argument, NULL, OPT_GRID },
+		{ "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
+		{ "json", no_argument, NULL, CLI_OPT_JSON },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		CLI_RUN_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_run_args args;
+	struct batch b;
+	json_t *fixed = json_object(), *grid = NULL, *report = NULL, *y;
+	json_error_t jerr;
+	pthread_t *threads = NULL;
+	int64_t jobs = 0;
+	bool json = false, quiet = false;
+	char path[PATH_MAX], *default_dir = NULL;
+	struct sigaction sa;
+	int c, rc, ret = CLI_EXIT_USAGE;
+	size_t started = 0, lines = 0;
+
+	memset(&b, 0, sizeof(b));
+	pthread_mutex_init(&b.lock, NULL);
+	pthread_cond_init(&b.changed, NULL);
+	if (cli_run_args_init(&args, argc) < 0 || !fixed) {
+		cli_error("out of memory");
+		ret = CLI_EXIT_FAILED;
+		goto out;
+	}
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "j:o:p:y:f:e:qh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			if (cli_parse_count(&jobs, optarg) < 0 || jobs > 256) {
+				cli_usage_error("batch", "--jobs: '%s' is not a whole number from 1 to 256", optarg);
+				goto out;
+			}
+			break;
+		case 'o': b.out_dir = strdup(optarg); break;
+		case 'p':
+			if (optind >= argc) {
+				cli_usage_error("batch", "-p wants NAME VALUE");
+				goto out;
+			}
+			json_object_set_new(fixed, optarg, batch_typed_value(argv[optind++]));
+			break;
+		case 'y':
+			y = json_loads(optarg, JSON_REJECT_DUPLICATES, &jerr);
+			if (!json_is_object(y)) {
+				cli_usage_error("batch", "-y wants a JSON object of parameters%s%s",
+						y ? "" : ": ", y ? "" : jerr.text);
+				json_decref(y);
+				goto out;
+			}
+			json_object_update(fixed, y);
+			json_decref(y);
+			break;
+		case OPT_GRID:
+			json_decref(grid);
+			grid = json_load_file(optarg, JSON_REJECT_DUPLICATES, &jerr);
+			if (!json_is_array(grid) || json_array_size(grid) == 0) {
+				cli_usage_error("batch", "--param-grid %s: want a non-empty JSON list of objects%s%s",
+						optarg, grid ? "" : ": ", grid ? "" : jerr.text);
+				goto out;
+			}
+			for (size_t i = 0; i < json_array_size(grid); i++)
+				if (!json_is_object(json_array_get(grid, i))) {
+					cli_usage_error("batch", "--param-grid %s: entry %zu is not an object", optarg, i);
+					goto out;
+				}
+			break;
+		case OPT_FAIL_FAST: b.fail_fast = true; break;
+		case CLI_OPT_JSON: json = true; break;
+		case 'q': quiet = true; break;
+		case 'h':
+			batch_help();
+			ret = CLI_EXIT_OK;
+			goto out;
+		default:
+			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "batch");
+			if (rc == 1)
+				cli_usage_error("batch", "bad option");
+			if (rc)
+				goto out;
+		}
+	}
+	if (optind >= argc) {
+		cli_usage_error("batch", "no notebooks given");
+		goto out;
+	}
+	if (cli_run_args_finish(&args, "batch"))
+		goto out;
+	for (int i = optind; i < argc; i++)
+		if (access(argv[i], R_OK) < 0) {
+			cli_usage_error("batch", "cannot read %s: %s", argv[i], strerror(errno));
+			goto out;
+		}
+	ret = CLI_EXIT_FAILED;
+	if (batch_add_jobs(&b, argv + optind, (size_t)(argc - optind), grid, fixed) < 0) {
+		cli_error("too many notebooks or out of memory");
+		goto out;
+	}
+	if (!jobs)
+		jobs = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+	if (!b.out_dir) {
+		time_t now = time(NULL);
+		struct tm tm;
+		char stamp[32];
+		localtime_r(&now, &tm);
+		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+		if (asprintf(&default_dir, "nbrun-out/batch-%s-%d", stamp, (int)getpid()) < 0)
+			default_dir = NULL;
+		b.out_dir = default_dir;
+		default_dir = NULL;
+	}
+	if (!b.out_dir || batch_mkdirs(b.out_dir) < 0) {
+		cli_error("cannot create %s: %s", b.out_dir ? b.out_dir : "output directory", strerror(errno));
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/report.jsonl", b.out_dir);
+	b.jsonl = fopen(path, "we");
+	if (!b.jsonl) {
+		cli_error("cannot write %s: %s", path, strerror(errno));
+		goto out;
+	}
+	b.opts = args.opts;
+	b.opts.cancel = &batch_interrupted;
+	b.tty = !quiet && isatty(STDERR_FILENO);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = batch_on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+
+	b.t0 = mono_ms();
+	threads = calloc((size_t)jobs, sizeof(*threads));
+	if (!threads)
+		goto out;
+	for (int64_t i = 0; i < jobs && (size_t)i < b.n; i++)
+		if (pthread_create(&threads[started], NULL, batch_worker, &b) == 0)
+			started++;
+	if (!started) {
+		cli_error("cannot start worker threads");
+		goto out;
+	}
+	pthread_mutex_lock(&b.lock);
+	while (b.running || (b.next < b.n && !b.stop && !batch_interrupted)) {
+		struct timespec until;
+		if (b.tty)
+			batch_draw(&b, &lines);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 250 * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&b.changed, &b.lock, &until);
+	}
+	if (b.tty)
+		batch_draw(&b, &lines);
+	pthread_mutex_unlock(&b.lock);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+
+	report = batch_report(&b, (unsigned int)jobs);
+	snprintf(path, sizeof(path), "%s/report.json", b.out_dir);
+	if (!report || json_dump_file(report, path, JSON_INDENT(2)) < 0) {
+		cli_error("cannot write %s", path);
+		goto out;
+	}
+	if (json) {
+		char *text = json_dumps(report, JSON_INDENT(2));
+		if (text)
+			puts(text);
+		free(text);
+	} else {
+		batch_print_table(&b);
+	}
+	ret = batch_exit_code(&b);
+out:
+	if (b.jsonl)
+		fclose(b.jsonl);
+	for (size_t i = 0; i < b.n; i++) {
+		free(b.jobs[i].name);
+		json_decref(b.jobs[i].params);
+		json_decref(b.jobs[i].entry);
+	}
+	free(b.jobs);
+	free(b.out_dir);
+	free(threads);
+	json_decref(report);
+	json_decref(fixed);
+	json_decref(grid);
+	cli_run_args_free(&args);
+	pthread_mutex_destroy(&b.lock);
+	pthread_cond_destroy(&b.changed);
+	return ret;
+}

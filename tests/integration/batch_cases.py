@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Integration tests of `nbrun batch` against the real engine and image.
+
+Usage: batch_cases.py CASE
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_cases import NBRUN, SRCDIR, check, leftovers, png_size  # noqa: E402
+
+
+def notebook(path, *sources, tags=None):
+    cells = []
+    for i, src in enumerate(sources):
+        meta = {"tags": tags[i]} if tags and tags[i] else {}
+        cells.append({"cell_type": "code", "id": "c%d" % i, "metadata": meta,
+                      "execution_count": None, "outputs": [], "source": src})
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": cells,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                      "language": "python"}}}
+    with open(path, "w") as f:
+        json.dump(nb, f)
+    return path
+
+
+def validate_report(report):
+    import jsonschema
+    with open(os.path.join(SRCDIR, "schemas", "report.schema.json")) as f:
+        jsonschema.Draft202012Validator(json.load(f)).validate(report)
+    with open(os.path.join(SRCDIR, "schemas", "result.schema.json")) as f:
+        rv = jsonschema.Draft202012Validator(json.load(f))
+    for e in report["notebooks"]:
+        if e.get("result") is not None:
+            rv.validate(e["result"])
+
+
+def batch(args, timeout=600):
+    p = subprocess.run([NBRUN, "batch", "--json"] + args, capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip() else None, p.stderr
+
+
+def case_twelve():
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    nbs = []
+    for i in range(7):
+        nbs.append(notebook(os.path.join(d, "ok%d.ipynb" % i), "x = 1", "print('ok', %d)" % i,
+                            tags=[["parameters"], None]))
+    nbs.append(notebook(os.path.join(d, "fail.ipynb"), "print('before')", "1/0"))
+    nbs.append(notebook(os.path.join(d, "slow.ipynb"), "import time\ntime.sleep(300)"))
+    nbs.append(notebook(os.path.join(d, "chart.ipynb"),
+                        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"))
+    nbs.append(notebook(os.path.join(d, "param.ipynb"),
+                        "n = 0\nlabel = 'x'\nflag = None", "print(n * 2, label, flag)",
+                        tags=[["parameters"], None]))
+    nbs.append(notebook(os.path.join(d, "files.ipynb"),
+                        "open('/mnt/data/out.txt', 'w').write('written')"))
+    out = os.path.join(d, "out")
+    rc, report, err = batch(["-j", "3", "--timeout", "45s", "-o", out, "-p", "n", "21",
+                             "-p", "label", "hello world", "-p", "flag", "True"] + nbs)
+    check(rc == 3, "exit %d (a timeout must give 3): %s" % (rc, err[-500:]))
+    validate_report(report)
+    by = {e["name"]: e for e in report["notebooks"]}
+    check(len(by) == 12, sorted(by))
+    check(report["summary"] == {"total": 12, "ok": 10, "error": 1, "timeout": 1, "oom": 0,
+                                "failed": 0, "not_run": 0}, report["summary"])
+    check(by["fail"]["status"] == "error" and by["fail"]["first_error"].startswith("ZeroDivisionError"),
+          by["fail"])
+    check("before" in by["fail"]["result"]["stdout"], "outputs before the error kept")
+    check(by["slow"]["status"] == "timeout", by["slow"]["status"])
+    img = by["chart"]["result"]["images"]
+    check(len(img) == 1 and png_size(os.path.join(out, "chart", img[0]["path"]))[0] > 0, img)
+    check(by["param"]["result"]["stdout"] == "42 hello world True\n", by["param"]["result"]["stdout"])
+    with open(os.path.join(out, "param", "notebook.ipynb")) as f:
+        cells = json.load(f)["cells"]
+    check(cells[1]["metadata"]["tags"] == ["injected-parameters"], cells[1]["metadata"])
+    check("n = 21" in "".join(cells[1]["source"]), cells[1]["source"])
+    with open(os.path.join(out, "files", "files", "out.txt")) as f:
+        check(f.read() == "written", "exported file")
+    # report.jsonl: one line per notebook, the same entries.
+    with open(os.path.join(out, "report.jsonl")) as f:
+        lines = [json.loads(l) for l in f]
+    check(sorted(l["name"] for l in lines) == sorted(by), "report.jsonl names")
+    check(not leftovers(), "left behind: %r" % leftovers())
+
+
+def case_name_collisions_and_grid():
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    os.makedirs(os.path.join(d, "a"))
+    os.makedirs(os.path.join(d, "b"))
+    n1 = notebook(os.path.join(d, "a", "same.ipynb"), "k = 0", "print('k', k)",
+                  tags=[["parameters"], None])
+    n2 = notebook(os.path.join(d, "b", "same.ipynb"), "print('second')")
+    grid = os.path.join(d, "grid.json")
+    with open(grid, "w") as f:
+        json.dump([{"k": 1}, {"k": 2.5}, {"k": "three"}], f)
+    out = os.path.join(d, "out")
+    rc, report, err = batch(["-j", "2", "-o", out, "--param-grid", grid, n1])
+    check(rc == 0, "exit %d %s" % (rc, err[-300:]))
+    validate_report(report)
+    got = sorted((e["name"], e["result"]["stdout"]) for e in report["notebooks"])
+    check(got == [("same-p0", "k 1\n"), ("same-p1", "k 2.5\n"), ("same-p2", "k three\n")], got)
+    out2 = os.path.join(d, "out2")
+    rc, report, err = batch(["-j", "2", "-o", out2, n1, n2])
+    check(rc == 0, "exit %d" % rc)
+    names = sorted(e["name"] for e in report["notebooks"])
+    check(names == ["same", "same-2"], names)
+    check(os.path.isdir(os.path.join(out2, "same")) and os.path.isdir(os.path.join(out2, "same-2")),
+          "distinct directories")
+
+
+def case_fail_fast():
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    nbs = [notebook(os.path.join(d, "bad.ipynb"), "raise RuntimeError('stop')")]
+    nbs += [notebook(os.path.join(d, "n%d.ipynb" % i), "print(%d)" % i) for i in range(5)]
+    rc, report, err = batch(["-j", "1", "--fail-fast", "-o", os.path.join(d, "out")] + nbs)
+    check(rc == 1, "exit %d" % rc)
+    check(report["summary"]["not_run"] == 5 and report["summary"]["error"] == 1, report["summary"])
+    check(not leftovers(), "left behind")
+
+
+def case_interrupt():
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    nbs = [notebook(os.path.join(d, "q%d.ipynb" % i), "print('quick')") for i in range(2)]
+    nbs += [notebook(os.path.join(d, "s%d.ipynb" % i), "import time\ntime.sleep(120)")
+            for i in range(4)]
+    out = os.path.join(d, "out")
+    p = subprocess.Popen([NBRUN, "batch", "-j", "2", "-o", out] + nbs, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    # Wait until the quick ones finished and slow ones run, then interrupt.
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with open(os.path.join(out, "report.jsonl")) as f:
+                if len(f.readlines()) >= 2:
+                    break
+        except OSError:
+            pass
+        time.sleep(0.5)
+    time.sleep(3)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    check(p.returncode == 130, "exit %d: %s" % (p.returncode, stderr[-300:]))
+    with open(os.path.join(out, "report.json")) as f:
+        report = json.load(f)
+    validate_report(report)
+    check(report["interrupted"] is True, "interrupted flag")
+    check(report["summary"]["ok"] == 2, report["summary"])
+    check(report["summary"]["not_run"] >= 1, report["summary"])
+    check(not leftovers(), "left behind after SIGINT: %r" % leftovers())
+
+
+def case_usage():
+    for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
+                 ["--timeout", "0", "x.ipynb"]):
+        p = subprocess.run([NBRUN, "batch"] + args, capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2, "%r: exit %d" % (args, p.returncode))
+        check("nbrun: error: " in p.stderr, p.stderr)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: batch_cases.py CASE\ncases: " + " ".join(sorted(CASES)))
+        sys.exit(2)
+    CASES[sys.argv[1]]()
+    print("ok", sys.argv[1])
