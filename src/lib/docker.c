@@ -239,8 +239,9 @@ static size_t docker_body_cb(char *data, size_t size, size_t n, void *p)
 	struct buf *b = p;
 	size_t len = size * n;
 
-	/* Past the cap the rest is dropped: replies we read are small by nature. */
-	if (buf_append(b, data, len) == -ENOMEM)
+	/* Replies we read are small by nature: one past its cap stops the transfer
+	 * (CURLE_WRITE_ERROR) rather than arriving cut and misread. */
+	if (buf_append(b, data, len) < 0)
 		return 0;
 	return len;
 }
@@ -278,7 +279,7 @@ static int docker_setup(struct nbrun__docker *d, const char *method, const char 
 	char url[2048];
 	CURL *c = d->curl;
 
-	if (path[0] == '/' && strncmp(path, "/_ping", 6))
+	if (path[0] == '/' && strncmp(path, "/_ping", 6) && d->api[0])
 		snprintf(url, sizeof(url), "%s/v%s%s", d->base_url, d->api, path);
 	else
 		snprintf(url, sizeof(url), "%s%s", d->base_url, path);
@@ -331,6 +332,9 @@ static int docker_perform(struct nbrun__docker *d, const char *method, const cha
 	}
 	if (cc == CURLE_ABORTED_BY_CALLBACK)
 		return nbrun__err(d->ctx, NBRUN_ECANCELLED, "interrupted");
+	if (cc == CURLE_WRITE_ERROR)
+		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine's reply to %s %s is too large",
+				  method, path);
 	if (cc == CURLE_OPERATION_TIMEDOUT)
 		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine did not answer %s %s in time: %s",
 				  method, path, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
@@ -490,8 +494,15 @@ int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, co
 	curl_slist_free_all(hdrs);
 	if (m.found)
 		return 1;
-	if (cc == CURLE_OK)
+	if (cc == CURLE_OK) {
+		long status = 0;
+		curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, &status);
+		if (status != 200)
+			return nbrun__err(d->ctx, NBRUN_EENGINE,
+					  "Docker engine: following the logs of %s: HTTP %ld", container,
+					  status);
 		return 0;
+	}
 	if (cc == CURLE_OPERATION_TIMEDOUT)
 		return 2;
 	if (cc == CURLE_ABORTED_BY_CALLBACK)

@@ -194,7 +194,7 @@ static const char *export_strip_top(const char *path)
 {
 	/* GET archive of /mnt/data names entries "data/..." */
 	const char *slash = strchr(path, '/');
-	return slash ? slash + 1 : "";
+	return !slash ? "" : slash == path ? path : slash + 1; /* "/abs" stays absolute: rejected */
 }
 
 static bool export_is_untouched_input(const struct nbrun__files_export *r, const char *rel, int fd)
@@ -240,9 +240,16 @@ static int export_file_entry(const struct nbrun__tar_entry *e, void *p)
 		r->cut = true;
 		return -1;
 	}
+	/* Entries are validated as paths below files/, so open below it too:
+	 * the prefix must not count against the depth and length caps. */
+	if (r->files_fd < 0) {
+		r->files_fd = nbrun__export_mkdirs(r->out_fd, "files");
+		if (r->files_fd < 0)
+			return -2;
+	}
 	if (asprintf(&dest, "files/%s", rel) < 0)
 		return -2;
-	fd = nbrun__export_open(r->out_fd, dest, 0644);
+	fd = nbrun__export_open(r->files_fd, rel, 0644);
 	if (fd < 0) {
 		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry" : "cannot be written");
 		free(dest);
@@ -287,6 +294,7 @@ int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, in
 					x->max_files * 4 + 64 };
 	int rc;
 
+	x->files_fd = -1;
 	rc = nbrun__tar_extract(ctx, tar_fd, &sink);
 	if (rc == 1 || stream_cut) {
 		nbrun__result_skip(x->result, "/mnt/data", "more entries than the export cap");
@@ -303,5 +311,8 @@ int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, in
 		nbrun__result_flag_truncated(x->result);
 	free(x->entry_rel);
 	x->entry_rel = NULL;
+	if (x->files_fd >= 0)
+		close(x->files_fd);
+	x->files_fd = -1;
 	return rc;
 }

@@ -128,6 +128,7 @@ struct nbrun__files_export {
 	size_t count;
 	bool cut;
 	char *entry_rel;
+	int files_fd;
 };
 int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, int tar_fd,
 			bool stream_cut);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nbrun-private.h"
+#include "text.h"
 
 static bool nb_is_marker(const char *line, size_t len, bool *markdown)
 {
@@ -73,6 +74,8 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 	size_t index = 0;
 
 	*out = NULL;
+	if (!text_utf8_valid(code, strlen(code)))
+		return nbrun__err(ctx, NBRUN_EINVAL, "the code is not valid UTF-8");
 	nb = json_pack("{s:i, s:i, s:{s:{s:s, s:s, s:s}, s:{s:s}}, s:[]}", "nbformat", 4,
 		       "nbformat_minor", 5, "metadata", "kernelspec", "name", "python3",
 		       "display_name", "Python 3", "language", "python", "language_info", "name",

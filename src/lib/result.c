@@ -54,7 +54,7 @@ int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *rea
 		json_int_t more = json_integer_value(json_object_get(last, "count"));
 		if (!json_object_get(last, "count")) {
 			last = json_pack("{s:s, s:s, s:I}", "path", "...", "reason",
-					 "more entries skipped", (json_int_t)1);
+					 "more entries skipped", "count", (json_int_t)1);
 			return last ? json_array_append_new(arr, last) : NBRUN_ENOMEM;
 		}
 		json_object_set_new(last, "count", json_integer(more + 1));

@@ -779,7 +779,24 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 	return 0;
 }
 
-static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, const json_t *nb,
+/*
+ * nbconvert refuses a kernelspec without name or display_name (older Jupyter
+ * wrote such notebooks). The sandbox has one kernel, python3: complete it.
+ */
+static void run_fix_kernelspec(json_t *nb)
+{
+	json_t *meta = json_object_get(nb, "metadata");
+	json_t *ks = json_object_get(meta, "kernelspec");
+
+	if (!json_is_object(ks))
+		return;
+	if (!json_is_string(json_object_get(ks, "name")))
+		json_object_set_new(ks, "name", json_string("python3"));
+	if (!json_is_string(json_object_get(ks, "display_name")))
+		json_object_set_new(ks, "display_name", json_string("Python 3"));
+}
+
+static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, json_t *nb,
 			     const struct nbrun_run_options *opts)
 {
 	struct run r;
@@ -804,6 +821,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, c
 	rc = run_make_id(&r);
 	if (rc < 0)
 		return rc;
+	run_fix_kernelspec(nb);
 	text = json_dumps(nb, JSON_INDENT(1));
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");

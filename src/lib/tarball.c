@@ -48,6 +48,7 @@ int nbrun__tar_new(struct nbrun__tar **out, unsigned int uid, unsigned int gid, 
 	t->gid = gid;
 	t->a = archive_write_new();
 	if (!t->a || archive_write_set_format_pax_restricted(t->a) != ARCHIVE_OK ||
+	    archive_write_set_options(t->a, "hdrcharset=BINARY") != ARCHIVE_OK || /* UTF-8 names in the C locale */
 	    archive_write_set_bytes_in_last_block(t->a, 1) != ARCHIVE_OK ||
 	    archive_write_open(t->a, t, NULL, tar_write_cb, NULL) != ARCHIVE_OK) {
 		nbrun__tar_free(t);
@@ -155,7 +156,7 @@ static int tar_add_tree(struct nbrun_ctx *ctx, struct nbrun__tar *t, const char 
 
 	if (depth > NBRUN_MAX_PATH_DEPTH)
 		return nbrun__err(ctx, NBRUN_EINVAL, "%s: directory tree too deep", host_path);
-	fd = open(host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	fd = open(host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); /* a FIFO must not block */
 	if (fd < 0)
 		return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
 				    "cannot open input %s", host_path);
