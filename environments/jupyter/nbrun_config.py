@@ -58,3 +58,24 @@ c = get_config()  # noqa: F821 (provided by traitlets)
 c.ExecutePreprocessor.on_notebook_start = _notebook_start
 c.ExecutePreprocessor.on_cell_start = _cell_start
 c.ExecutePreprocessor.on_cell_executed = _cell_executed
+
+
+# Debian 12 pairs ipywidgets 6 with nbclient 0.7, whose widget handler
+# expects the newer protocol's "state" in comm_open and crashes the whole
+# run without it. Keep the run alive: such a widget simply is not tracked.
+def _patch_widget_handler():
+    try:
+        from nbclient.client import NotebookClient
+    except ImportError:
+        return
+    original = NotebookClient.on_comm_open_jupyter_widget
+
+    def on_comm_open_jupyter_widget(self, msg):
+        if "state" not in msg.get("content", {}).get("data", {}):
+            return None
+        return original(self, msg)
+
+    NotebookClient.on_comm_open_jupyter_widget = on_comm_open_jupyter_widget
+
+
+_patch_widget_handler()
