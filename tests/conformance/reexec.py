@@ -81,6 +81,18 @@ def sleep_check(nb):
     return None if (t1 - t0).total_seconds() >= 1.0 else "%r" % stamps
 
 
+WIDGETS_6 = ("Debian 12 ships ipywidgets 6 (widget protocol 1): the widget view is displayed "
+             "with a model id but without version fields, after a 'Widget Javascript not "
+             "detected' notice on stderr")
+
+
+def widget_check(nb):
+    first = code_cells(nb)[0].get("outputs", [])
+    views = [o for o in first if o.get("output_type") == "display_data"
+             and "model_id" in o.get("data", {}).get("application/vnd.jupyter.widget-view+json", {})]
+    return None if views else "no widget view in cell 0: %r" % first
+
+
 def canonical_svg(s):
     """SVG text with attributes in one order (IPython re-serialises it)."""
     import xml.etree.ElementTree as ET
@@ -109,6 +121,9 @@ EXPECTED = {
     "Parallel Execute B": ("same as Parallel Execute A",
                            lambda e, nb: None if error_names(nb)[:1] == ["KeyError"]
                            else "errors %r" % error_names(nb)),
+    "JupyterWidgets": (WIDGETS_6, lambda e, nb: widget_check(nb)),
+    "Output": (WIDGETS_6 + "; the Output widget's captured outputs live in widget state, "
+               "which protocol 1 does not carry", lambda e, nb: widget_check(nb)),
     "Sleep1s": ("stored without outputs (nbclient's test reads the printed times); "
                 "re-executed, the two printed UTC times are at least 1 s apart",
                 lambda e, nb: sleep_check(nb)),
