@@ -89,10 +89,14 @@ static int docker_check_socket(struct nbrun__docker *d)
 			return nbrun__err(d->ctx, NBRUN_EENGINE,
 					  "the Docker engine is not running (no socket at %s): start it with scripts/setup or 'dockerd &'",
 					  d->socket_path);
-		return nbrun__errno(d->ctx, NBRUN_EENGINE, errno, "cannot use %s", d->socket_path);
+		return nbrun__errno(d->ctx, NBRUN_EENGINE, errno,
+				    "cannot use the engine socket %s (point DOCKER_HOST at the engine, e.g. unix:///var/run/docker.sock)",
+				    d->socket_path);
 	}
 	if (!S_ISSOCK(st.st_mode))
-		return nbrun__err(d->ctx, NBRUN_EENGINE, "%s is not a socket", d->socket_path);
+		return nbrun__err(d->ctx, NBRUN_EENGINE,
+				  "%s is not a socket: point DOCKER_HOST at the engine's socket (unix:///var/run/docker.sock) or start it with scripts/setup",
+				  d->socket_path);
 	if (access(d->socket_path, R_OK | W_OK) < 0)
 		return nbrun__err(d->ctx, NBRUN_EENGINE,
 				  "permission denied on %s: run as root or join the docker group",
@@ -247,6 +251,7 @@ static size_t docker_body_cb(char *data, size_t size, size_t n, void *p)
 }
 
 struct docker_sink {
+	CURL *curl;
 	int fd;
 	uint64_t written;
 	uint64_t max;
@@ -258,8 +263,13 @@ static size_t docker_fd_cb(char *data, size_t size, size_t n, void *p)
 {
 	struct docker_sink *s = p;
 	size_t len = size * n;
+	long status = 0;
 	int rc;
 
+	/* An error reply's body is a message, not the archive: never spool it. */
+	curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (status != 200)
+		return len;
 	if (s->written + len > s->max) {
 		s->cut = true;
 		return 0;
@@ -336,8 +346,9 @@ static int docker_perform(struct nbrun__docker *d, const char *method, const cha
 		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine's reply to %s %s is too large",
 				  method, path);
 	if (cc == CURLE_OPERATION_TIMEDOUT)
-		return nbrun__err(d->ctx, NBRUN_EENGINE, "the Docker engine did not answer %s %s in time: %s",
-				  method, path, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
+		return nbrun__err(d->ctx, NBRUN_EENGINE,
+				  "the Docker engine at %s did not answer %s %s in time (%s): check that it is healthy or restart it (scripts/setup)",
+				  d->host, method, path, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
 	return nbrun__err(d->ctx, NBRUN_EENGINE,
 			  "cannot reach the Docker engine at %s (%s): start it with scripts/setup or 'dockerd &'",
 			  d->host, d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
@@ -408,7 +419,7 @@ int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, ui
 			   long timeout_ms)
 {
 	struct curl_slist *hdrs = NULL;
-	struct docker_sink sink = { fd, 0, max_bytes, false, 0 };
+	struct docker_sink sink = { d->curl, fd, 0, max_bytes, false, 0 };
 	int status;
 
 	docker_setup(d, "GET", path, timeout_ms, &hdrs, NULL);

@@ -113,6 +113,15 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 			break;
 		p = nl + 1;
 	}
+	/* A marker on the last line must not leave an empty cell behind
+	 * ("x\n# %%" and "x\n# %%\n" are the same notebook). */
+	while (json_array_size(cells) > 1) {
+		const char *last = json_string_value(
+			json_object_get(json_array_get(cells, json_array_size(cells) - 1), "source"));
+		if (!last || strspn(last, " \t\r\n") != strlen(last))
+			break;
+		json_array_remove(cells, json_array_size(cells) - 1);
+	}
 	if (json_array_size(cells) == 0) {
 		json_t *cell = nb_cell(0, "", 0, false);
 		if (!cell || json_array_append_new(cells, cell) < 0) {
