@@ -137,7 +137,7 @@ struct nbrun_parse_limits {
 
 struct nbrun_parse_options {
 	unsigned int version;
-	/** Directory for result.json, notebook copy and images/ (created). NULL: only the result. */
+	/** Directory for result.json and images/ (created). NULL: only the result. */
 	const char *out_dir;
 	struct nbrun_parse_limits limits;
 };

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "nbrun-private.h"
+#include "text.h"
 
 #define RUN_UID 1000
 #define RUN_GID 1000
@@ -25,6 +26,7 @@
 /* Time nbconvert needs around the cells: kernel start, reading, writing. */
 #define RUN_MARGIN_MS 4000
 #define RUN_CLEANUP_TIMEOUT_MS 20000L
+#define RUN_IMAGE_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-"
 
 struct run {
 	struct nbrun_ctx *ctx;
@@ -84,6 +86,11 @@ static int run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 		return nbrun__err(ctx, NBRUN_EINVAL, "disk must be at least 1 MiB");
 	if (!o->network || (strcmp(o->network, "none") && strcmp(o->network, "bridge")))
 		return nbrun__err(ctx, NBRUN_EINVAL, "network must be 'none' or 'bridge'");
+	/* Checked here too, not only when the image is looked up: a usage error
+	 * must start nothing (no output directory, no engine request). */
+	if (o->image && (!*o->image || strlen(o->image) > 255 ||
+			 strspn(o->image, RUN_IMAGE_CHARS) != strlen(o->image)))
+		return nbrun__err(ctx, NBRUN_EINVAL, "'%s' is not an image name", o->image);
 	for (size_t i = 0; i < o->env_count; i++) {
 		const char *eq = o->env[i] ? strchr(o->env[i], '=') : NULL;
 		if (!eq || eq == o->env[i])
@@ -190,7 +197,7 @@ static int run_pick_image(struct run *r)
 	int status;
 
 	if (want) {
-		if (!*want || strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-") != strlen(want) || strlen(want) > 255)
+		if (!*want || strspn(want, RUN_IMAGE_CHARS) != strlen(want) || strlen(want) > 255)
 			return nbrun__err(r->ctx, NBRUN_EINVAL, "'%s' is not an image name", want);
 		r->image = strdup(want);
 	} else if (asprintf(&r->image, "%s:%s", NBRUN_DEFAULT_IMAGE, NBRUN_VERSION) < 0) {
@@ -426,26 +433,6 @@ static int run_upload(struct run *r, const char *notebook, size_t len)
 
 /* ---- execution ---------------------------------------------------------------- */
 
-/*
- * Wait for nbrun-exec's "NBRUN-DONE <exit code> <oom kills>" line. Returns 0
- * when done or the container stopped, 1 when the deadline passed.
- */
-static int run_wait(struct run *r, int *code, bool *oom)
-{
-	uint64_t now = now_ms();
-	long left = r->deadline_ms > now ? (long)(r->deadline_ms - now) : 1;
-	char rest[64];
-	int rc, kills = 0;
-
-	*code = -1;
-	rc = nbrun__docker_wait_marker(r->docker, r->container, "NBRUN-DONE ", rest, sizeof(rest), left);
-	if (rc < 0)
-		return rc;
-	if (rc == 1 && sscanf(rest, "%d %d", code, &kills) >= 1)
-		*oom = kills > 0;
-	return rc == 2 ? 1 : 0;
-}
-
 /* Cells nbrun-exec marked as interrupted at their cell timeout. */
 static int run_timed_out_cell(const json_t *nb)
 {
@@ -486,6 +473,54 @@ static int run_inspect(struct run *r, struct run_state *st)
 	return 0;
 }
 
+/*
+ * Wait for nbrun-exec's "NBRUN-DONE <exit code> <oom kills>" line. Returns 0
+ * when done or the container stopped, 1 when the deadline passed.
+ *
+ * The engine's log stream is not reliable: when the json-file log rotates
+ * (max-size 1m, and the code can write to it at will) a follower may miss
+ * lines or see its stream end while the container runs on. So the log is
+ * followed in short slices, each one reading the current file again, and a
+ * stream that ends only counts when the container has really stopped.
+ */
+#define RUN_WAIT_SLICE_MS 2000L
+static int run_wait(struct run *r, int *code, bool *oom)
+{
+	struct run_state st;
+	char rest[64];
+	int rc, kills = 0;
+
+	*code = -1;
+	for (;;) {
+		uint64_t now = now_ms();
+		long left = r->deadline_ms > now ? (long)(r->deadline_ms - now) : 0;
+
+		if (left <= 0)
+			return 1;
+		rc = nbrun__docker_wait_marker(r->docker, r->container, "NBRUN-DONE ", rest, sizeof(rest),
+					       left < RUN_WAIT_SLICE_MS ? left : RUN_WAIT_SLICE_MS);
+		if (rc < 0)
+			return rc;
+		if (rc == 1) {
+			if (sscanf(rest, "%d %d", code, &kills) >= 1)
+				*oom = kills > 0;
+			return 0;
+		}
+		if (rc == 0) {
+			/* The stream ended: done when the container stopped. */
+			rc = run_inspect(r, &st);
+			if (rc < 0)
+				return rc;
+			if (!st.running)
+				return 0;
+			/* Cut by a log rotation: pause a little, then follow again. */
+			nanosleep(&(struct timespec){ 0, 100 * 1000 * 1000 }, NULL);
+		}
+		if (r->opts->cancel && *r->opts->cancel)
+			return nbrun__err(r->ctx, NBRUN_ECANCELLED, "interrupted");
+	}
+}
+
 /* The last line nbconvert printed, for a run that produced no notebook. */
 static void run_last_log_line(struct run *r, char *out, size_t outlen)
 {
@@ -514,7 +549,20 @@ static void run_last_log_line(struct run *r, char *out, size_t outlen)
 		*--end = '\0';
 	line = memrchr(text.data, '\n', (size_t)(end - text.data));
 	line = line ? line + 1 : text.data;
+	/* The code in the sandbox can write this line (pid 1's stderr is open to
+	 * it): keep it one printable line of valid UTF-8, or drop it. */
+	for (char *c = line; c < end; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = ' ';
+		else if ((unsigned char)c[0] == 0xc2 && c + 1 < end && (unsigned char)c[1] >= 0x80 &&
+			 (unsigned char)c[1] <= 0x9f)
+			c[0] = c[1] = ' ';
+	if (!text_utf8_valid(line, (size_t)(end - line)))
+		goto out;
 	snprintf(out, outlen, "%s", line);
+	/* A cut line may end inside a UTF-8 sequence: drop its bytes (at most 3). */
+	for (size_t n = strlen(out); n > 0 && !text_utf8_valid(out, n); n--)
+		out[n - 1] = '\0';
 out:
 	buf_free(&raw);
 	buf_free(&text);
@@ -678,7 +726,7 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 	json_t *nb = NULL;
 	bool timed_out = false, got = false;
 	int rc, exec_code = -1, slow_cell = -1;
-	bool oom_kills = false;
+	bool oom_kills = false, partial = false;
 
 	run_progress(r, NBRUN_PHASE_CONNECT);
 	rc = nbrun__docker_new(&r->docker, r->ctx);
@@ -725,8 +773,12 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 
 	run_progress(r, NBRUN_PHASE_DOWNLOAD);
 	rc = run_fetch_notebook(r, "/app/executed.ipynb", &got);
-	if (rc == 0 && !got)
+	if (rc == 0 && !got) {
+		/* nbconvert writes executed.ipynb last: without it the run did not
+		 * finish, whatever the done line said (the code can forge it). */
+		partial = true;
 		rc = run_fetch_notebook(r, "/app/partial.ipynb", &got);
+	}
 	if (rc == NBRUN_ECANCELLED)
 		return rc;
 	if (rc < 0) {
@@ -764,7 +816,7 @@ static int run_execute(struct run *r, const char *notebook, size_t len)
 		snprintf(msg, sizeof(msg), "cell %d passed its cell timeout and was interrupted; the other cells ran",
 			 slow_cell);
 		nbrun__result_set_status(r->result, NBRUN_STATUS_TIMEOUT, msg);
-	} else if (exec_code != 0) {
+	} else if (exec_code != 0 || partial) {
 		/* nbconvert stopped early (a dead kernel, say): the partial notebook has the cells that finished. */
 		run_last_log_line(r, logline, sizeof(logline));
 		snprintf(msg, sizeof(msg), "%s (exit code %d)%s%s",

@@ -220,14 +220,17 @@ char *text_acc_finish(struct text_acc *a, size_t *outlen, bool *cut)
 		uint64_t dropped;
 		/* Ring is full here: oldest byte at tail_pos. */
 		char *t = lin + a->head_len + sizeof(note);
-		memcpy(t, a->tail + a->tail_pos, a->tail_cap - a->tail_pos);
-		memcpy(t + a->tail_cap - a->tail_pos, a->tail, a->tail_pos);
+		if (tail_len) {
+			memcpy(t, a->tail + a->tail_pos, a->tail_cap - a->tail_pos);
+			memcpy(t + a->tail_cap - a->tail_pos, a->tail, a->tail_pos);
+		}
 		h = utf8_head_boundary((const unsigned char *)a->head, a->head_len);
 		while (t0 < tail_len && t0 < 3 && ((unsigned char)t[t0] & 0xc0) == 0x80)
 			t0++;
 		dropped = a->total - h - (tail_len - t0);
 		nl = snprintf(note, sizeof(note), "\n[... %" PRIu64 " bytes cut ...]\n", dropped);
-		memcpy(lin, a->head, h);
+		if (h)
+			memcpy(lin, a->head, h);
 		memcpy(lin + h, note, (size_t)nl);
 		memmove(lin + h + (size_t)nl, t + t0, tail_len - t0);
 		len = h + (size_t)nl + tail_len - t0;
