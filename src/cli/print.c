@@ -121,8 +121,10 @@ void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color)
 	put_block(fp, str(doc, "stdout"));
 	put_block(fp, str(doc, "stderr"));
 	json_array_foreach(json_object_get(doc, "results"), i, e) {
-		fprintf(fp, "%sOut[%" JSON_INTEGER_FORMAT "]:%s ", BOLD(color),
-			json_integer_value(json_object_get(e, "cell")), RESET(color));
+		/* A table or other multi-line value starts on its own line, aligned. */
+		fprintf(fp, "%sOut[%" JSON_INTEGER_FORMAT "]:%s%c", BOLD(color),
+			json_integer_value(json_object_get(e, "cell")), RESET(color),
+			strchr(str(e, "text"), '\n') ? '\n' : ' ');
 		put_block(fp, str(e, "text"));
 		if (!*str(e, "text"))
 			fputc('\n', fp);
