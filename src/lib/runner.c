@@ -259,13 +259,66 @@ static int run_create_volume(struct run *r, const char *name, uint64_t bytes, bo
 	return run_engine_status(r, status, "cannot create a volume");
 }
 
+/*
+ * The seccomp profile: everything a Python data stack needs is allowed, and
+ * what a sandbox has no business doing is refused with EPERM, ptrace and
+ * cross-process memory access included (the engine's default profile allows
+ * ptrace between the container's own processes). Namespace creation is
+ * refused in unshare, setns and clone; clone3 answers ENOSYS so that libc
+ * falls back to clone, where the flags can be inspected.
+ */
+static char *run_seccomp_option(void)
+{
+	static const char *const denied[] = {
+		"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+		"mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+		"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+		"bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+		"init_module", "finit_module", "delete_module", "create_module", "kexec_load",
+		"kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl",
+		"name_to_handle_at", "open_by_handle_at", "lookup_dcookie", "settimeofday",
+		"clock_settime", "clock_adjtime", "adjtimex", "stime", "iopl", "ioperm", "uselib",
+		"sysfs", "_sysctl", "ustat", "nfsservctl", "vm86", "vm86old", "personality",
+		"mknod", "mknodat", "syslog", "vhangup", "get_kernel_syms", "query_module",
+	};
+	/* CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET */
+	static const json_int_t ns_flags[] = { 0x00020000, 0x02000000, 0x04000000, 0x08000000,
+					       0x10000000, 0x20000000, 0x40000000 };
+	json_t *names = json_array(), *rules, *profile;
+	char *text, *opt = NULL;
+
+	for (size_t i = 0; names && i < sizeof(denied) / sizeof(denied[0]); i++)
+		json_array_append_new(names, json_string(denied[i]));
+	rules = json_pack("[{s:o, s:s, s:i}, {s:[s], s:s, s:i}]", "names", names, "action",
+			  "SCMP_ACT_ERRNO", "errnoRet", 1, "names", "clone3", "action",
+			  "SCMP_ACT_ERRNO", "errnoRet", 38);
+	for (size_t i = 0; rules && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
+		json_array_append_new(rules, json_pack("{s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}",
+						       "names", "clone", "action", "SCMP_ACT_ERRNO",
+						       "errnoRet", 1, "args", "index", 0, "value",
+						       ns_flags[i], "valueTwo", ns_flags[i], "op",
+						       "SCMP_CMP_MASKED_EQ"));
+	profile = rules ? json_pack("{s:s, s:o}", "defaultAction", "SCMP_ACT_ALLOW", "syscalls", rules)
+			: NULL;
+	text = profile ? json_dumps(profile, JSON_COMPACT) : NULL;
+	if (text && asprintf(&opt, "seccomp=%s", text) < 0)
+		opt = NULL;
+	free(text);
+	json_decref(profile);
+	return opt;
+}
+
 static json_t *run_container_spec(struct run *r)
 {
 	const struct nbrun_run_options *o = r->opts;
 	uint64_t cell_ms = o->cell_timeout_ms;
 	bool isolated = !strcmp(o->network, "none");
 	char cell_s[32];
+	char *seccomp = run_seccomp_option();
 	json_t *env, *spec;
+
+	if (!seccomp)
+		return NULL;
 
 	if (!cell_ms)
 		cell_ms = o->timeout_ms > 2 * RUN_MARGIN_MS ? o->timeout_ms - RUN_MARGIN_MS
@@ -277,13 +330,13 @@ static json_t *run_container_spec(struct run *r)
 		json_array_append_new(env, json_string(o->env[i]));
 	spec = json_pack(
 		"{s:s, s:[s,s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b,"
-		" s:{s:s, s:[s], s:[s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
+		" s:{s:s, s:[s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
 		"    s:{s:s, s:{s:s, s:s}}, s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}], s:b,"
 		"    s:[{s:s, s:I, s:I}], s:s}}",
 		"Image", r->image, "Cmd", "/opt/nbrun/nbrun-exec", cell_s, "Env", env, "User",
 		"1000:1000", "WorkingDir", "/mnt/data", "Labels", run_labels(r), "NetworkDisabled",
 		isolated, "AttachStdin", 0, "OpenStdin", 0, "Tty", 0, "HostConfig", "NetworkMode",
-		isolated ? "none" : "bridge", "CapDrop", "ALL", "SecurityOpt", "no-new-privileges",
+		isolated ? "none" : "bridge", "CapDrop", "ALL", "SecurityOpt", "no-new-privileges", seccomp,
 		"PidsLimit", (json_int_t)o->pids, "Memory", (json_int_t)o->memory_bytes, "MemorySwap",
 		(json_int_t)o->memory_bytes, "NanoCpus", (json_int_t)o->nano_cpus, "Init", 1,
 		"ReadonlyRootfs", 1, "Tmpfs", "/tmp", "rw,nosuid,nodev,size=" RUN_TMPFS_SIZE ",mode=1777",
@@ -291,6 +344,7 @@ static json_t *run_container_spec(struct run *r)
 		"Type", "volume", "Source", r->vol_app, "Target", "/app", "Type", "volume", "Source",
 		r->vol_data, "Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile",
 		"Soft", (json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
+	free(seccomp);
 	return spec;
 }
 

@@ -1,0 +1,1098 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""nbrun benchmarks: honest numbers, side by side with the seed approach.
+
+Run through bench/run, which builds nbrun (release, no sanitizers) first.
+Every figure is a distribution over N runs and, where it makes sense, a
+ratio against baseline A measured in the same session:
+
+  baseline A  `docker run --rm -v DIR:/app IMAGE jupyter nbconvert --execute`
+              through the docker CLI, then json.load of the executed notebook
+  cold        `nbrun run --json` of print(1), a matplotlib chart, a pandas
+              CSV -> file; runs alternate with baseline A so load drifts hit both
+  host cost   nbrun's own CPU time and peak RSS (wait4 rusage of the nbrun
+              process, not the container)
+  batch       20 small notebooks: `nbrun batch -j 1` and `-j 2` (or, while
+              batch does not exist, `nbrun run` processes started N at a time
+              by this harness, labelled so) against baseline A in sequence
+  parse       `nbrun parse` of a ~100 MB executed notebook: peak RSS / size
+  phases      cold runs through bench/engine_proxy.py: Engine API calls timed
+              and attributed to create, upload, start, execute, download,
+              cleanup; the rest of the wall time is local work
+
+Benchmarks are not tests: nothing here fails on timing. Results go to
+bench/results/<date>.json for bench/compare.
+"""
+import argparse
+import base64
+import concurrent.futures
+import datetime
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+from engine_proxy import EngineProxy  # noqa: E402
+
+DOCKER = "/usr/bin/docker"
+SANDBOX_UID = 1000
+SCHEMA = "nbrun-bench/1"
+
+# ---- workloads ---------------------------------------------------------------
+
+CHART_CODE = """\
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(6, 4))
+xs = list(range(50))
+ax.plot(xs, [x * x for x in xs], label="x^2")
+ax.plot(xs, [40 * x for x in xs], label="40x")
+ax.set_title("bench chart")
+ax.legend()
+plt.show()
+"""
+
+CSV_CODE = """\
+import pandas as pd
+df = pd.read_csv("/mnt/data/input.csv")
+summary = df.groupby("region").agg(units=("units", "sum"), revenue=("revenue", "sum"))
+summary.to_csv("/mnt/data/out.csv")
+print(len(df), "rows")
+summary
+"""
+
+WORKLOADS = [
+    {"key": "print", "label": "print(1)", "code": "print(1)", "csv": False},
+    {"key": "chart", "label": "matplotlib chart", "code": CHART_CODE, "csv": False},
+    {"key": "csv", "label": "pandas CSV -> file", "code": CSV_CODE, "csv": True},
+]
+
+
+def make_csv(path, rows=5000):
+    rnd = random.Random(7)
+    regions = ["north", "south", "east", "west"]
+    with open(path, "w") as f:
+        f.write("month,region,units,revenue\n")
+        for i in range(rows):
+            u = rnd.randint(1, 500)
+            f.write("2024-%02d,%s,%d,%.2f\n" % (i % 12 + 1, rnd.choice(regions), u, u * 8.75))
+
+
+def notebook(sources):
+    cells = [{"cell_type": "code", "id": "c%d" % i, "metadata": {}, "execution_count": None,
+              "outputs": [], "source": src} for i, src in enumerate(sources)]
+    return {"nbformat": 4, "nbformat_minor": 5, "cells": cells,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"},
+                         "language_info": {"name": "python"}}}
+
+
+def write_json(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+# ---- statistics ----------------------------------------------------------------
+
+def percentile(xs, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return None
+    k = (len(s) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def dist(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"n": 0, "min": None, "p50": None, "p90": None, "p99": None, "max": None,
+                "samples": []}
+    return {"n": len(xs), "min": min(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "p99": percentile(xs, 99), "max": max(xs), "samples": [round(x, 3) for x in xs]}
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+# ---- processes -----------------------------------------------------------------
+
+class Proc:
+    """One measured process: rc, wall_ms, cpu_ms, maxrss_kb, start, end, stdout."""
+
+
+def run_measured(argv, env=None, cwd=None, timeout=900):
+    """Run argv; wall time, exit code, and the process's own rusage (wait4)."""
+    p = Proc()
+    with tempfile.TemporaryFile() as out, open(os.devnull, "wb") as err:
+        p.start = time.monotonic()
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                 env=env, cwd=cwd)
+        killer = threading.Timer(timeout, lambda: _kill(child.pid))
+        killer.start()
+        try:
+            _, status, ru = os.wait4(child.pid, 0)
+        finally:
+            killer.cancel()
+        p.end = time.monotonic()
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        p.stdout = out.read()
+    p.rc = child.returncode
+    p.wall_ms = (p.end - p.start) * 1000
+    p.cpu_ms = (ru.ru_utime + ru.ru_stime) * 1000
+    p.maxrss_kb = ru.ru_maxrss
+    return p
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def sh(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def give_to_sandbox(path):
+    """The image runs as uid 1000: let it write the bind-mounted directory."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            try:
+                os.chown(name, SANDBOX_UID, SANDBOX_UID)
+            except PermissionError:
+                os.chmod(name, 0o777 if os.path.isdir(name) else 0o666)
+
+
+# ---- machine and load ------------------------------------------------------------
+
+def machine_info():
+    info = {"nproc": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0))}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    info["cpu_model"] = ln.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for ln in f:
+                if ln.startswith("MemTotal:"):
+                    info["mem_total_mib"] = int(ln.split()[1]) // 1024
+    except OSError:
+        pass
+    info["kernel"] = os.uname().release
+    try:
+        with open("/etc/os-release") as f:
+            for ln in f:
+                if ln.startswith("PRETTY_NAME="):
+                    info["os"] = ln.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    v = sh([DOCKER, "version", "--format", "{{json .}}"])
+    try:
+        j = json.loads(v)
+        info["docker_server"] = j.get("Server", {}).get("Version")
+        info["docker_api"] = j.get("Server", {}).get("ApiVersion")
+        info["docker_client"] = j.get("Client", {}).get("Version")
+        info["docker_cgroup"] = sh([DOCKER, "info", "--format", "{{.CgroupVersion}} {{.CgroupDriver}} {{.Driver}}"])
+    except ValueError:
+        info["docker_server"] = None
+    info["python"] = sys.version.split()[0]
+    return info
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def busy_processes(interval=1.0, min_pct=10.0):
+    """Processes using CPU right now (two /proc samples), to explain noisy numbers."""
+    def snap():
+        out = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    s = f.read()
+            except OSError:
+                continue
+            comm = s[s.index("(") + 1:s.rindex(")")]
+            fields = s[s.rindex(")") + 2:].split()
+            out[pid] = (comm, int(fields[11]) + int(fields[12]), int(fields[16]))
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    a = snap()
+    time.sleep(interval)
+    b = snap()
+    rows = []
+    for pid, (comm, t, nice) in b.items():
+        if pid in a:
+            pct = (t - a[pid][1]) / tick / interval * 100
+            if pct >= min_pct:
+                rows.append({"pid": int(pid), "comm": comm, "cpu_pct": round(pct), "nice": nice})
+    return sorted(rows, key=lambda r: -r["cpu_pct"])[:8]
+
+
+class LoadSampler:
+    def __init__(self, period=5.0):
+        self.samples = []
+        self._stop = threading.Event()
+        self._period = period
+
+    def __enter__(self):
+        threading.Thread(target=self._loop, daemon=True).start()
+        return self
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self.samples.append(loadavg()[0])
+            self._stop.wait(self._period)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+
+
+def engine_ok(image):
+    """The engine answers and the image is there (scripts/setup may be rebuilding it)."""
+    return subprocess.run([DOCKER, "image", "inspect", image], capture_output=True,
+                          timeout=30).returncode == 0
+
+
+def running_containers():
+    out = sh([DOCKER, "ps", "-q"])
+    return len(out.split()) if out else 0
+
+
+# ---- progress --------------------------------------------------------------------
+
+TTY = sys.stderr.isatty()
+
+
+def say(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def tick(msg):
+    if TTY:
+        sys.stderr.write("\r\033[Kbench:   " + msg)
+        sys.stderr.flush()
+
+
+def tick_done():
+    if TTY:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+# ---- one run of each kind ----------------------------------------------------------
+
+class Bench:
+    def __init__(self, args, work):
+        self.args = args
+        self.nbrun = args.nbrun
+        self.image = args.image
+        self.work = work
+        self.seq = 0
+        self.failures = []
+        self.outages = []
+        self.env = dict(os.environ)
+        if args.ignore_docker_host:
+            self.env.pop("DOCKER_HOST", None)
+        self.csv_path = os.path.join(work, "input.csv")
+        make_csv(self.csv_path)
+
+    def _dir(self, prefix):
+        self.seq += 1
+        return os.path.join(self.work, "%s-%04d" % (prefix, self.seq))
+
+    def engine_down(self, what):
+        """After an engine-level failure: wait for the engine (up to 10 min).
+        Returns True when it was down, so the caller retries the run."""
+        t0 = time.monotonic()
+        try:
+            if engine_ok(self.image):
+                return False
+        except subprocess.SubprocessError:
+            pass
+        say("engine or image unavailable after %s: waiting (someone may be restarting it)" % what)
+        while time.monotonic() - t0 < 600:
+            time.sleep(5)
+            try:
+                if engine_ok(self.image):
+                    break
+            except subprocess.SubprocessError:
+                pass
+        waited = time.monotonic() - t0
+        self.outages.append({"after": what, "waited_s": round(waited, 1)})
+        say("engine back after %.0f s; retrying" % waited)
+        return True
+
+    def fail(self, what, detail):
+        self.failures.append({"what": what, "detail": str(detail)[:300]})
+        say("warning: %s: %s" % (what, str(detail)[:200]))
+
+    # nbrun run --json, checked for what the workload must produce.
+    def nbrun_run(self, wl, docker_host=None):
+        for _ in range(3):
+            p = self._nbrun_run(wl, docker_host)
+            if p.ok or p.rc != 4 or not self.engine_down("nbrun run (%s)" % wl["key"]):
+                break
+        if not p.ok:
+            self.fail("nbrun run (%s)" % wl["key"],
+                      "exit %d, status %s: %s" % (p.rc, p.doc.get("status"), p.doc.get("message")))
+        return p
+
+    def _nbrun_run(self, wl, docker_host):
+        out = self._dir("nbrun-" + wl["key"])
+        argv = [self.nbrun, "run", "--json", "-q", "-o", out, "-c", wl["code"]]
+        if wl["csv"]:
+            argv += ["-f", self.csv_path]
+        env = dict(self.env)
+        if docker_host:
+            env["DOCKER_HOST"] = docker_host
+        p = run_measured(argv, env=env)
+        p_ok = p.rc == 0
+        doc = {}
+        try:
+            doc = json.loads(p.stdout)
+        except ValueError:
+            p_ok = False
+        if p_ok and wl["key"] == "print" and doc.get("stdout") != "1\n":
+            p_ok = False
+        if p_ok and wl["key"] == "chart" and not doc.get("images"):
+            p_ok = False
+        if p_ok and wl["key"] == "csv" and not any(
+                f.get("path", "").endswith("out.csv") for f in doc.get("files", [])):
+            p_ok = False
+        p.ok = p_ok
+        p.out_dir = out
+        p.doc = doc
+        return p
+
+    # Baseline A: the docker CLI, then json.load of the executed notebook.
+    def baseline_run(self, wl=None, nb_path=None, name="nb"):
+        what = "baseline A (%s)" % (wl["key"] if wl else name)
+        for _ in range(3):
+            p = self._baseline_run(wl, nb_path)
+            # 125: the docker CLI could not create or start the container.
+            if p.ok or p.rc != 125 or not self.engine_down(what):
+                break
+        if not p.ok:
+            self.fail(what, "exit %d%s" % (p.rc, "" if p.rc else ", outputs missing"))
+        return p
+
+    def _baseline_run(self, wl, nb_path):
+        d = self._dir("baseline-" + (wl["key"] if wl else "batch"))
+        os.makedirs(d)
+        if nb_path:
+            shutil.copy(nb_path, os.path.join(d, "nb.ipynb"))
+        else:
+            write_json(os.path.join(d, "nb.ipynb"), notebook([wl["code"]]))
+        mounts = ["-v", "%s:/app" % d]
+        if wl and wl["csv"]:
+            os.makedirs(os.path.join(d, "data"))
+            shutil.copy(self.csv_path, os.path.join(d, "data", "input.csv"))
+            mounts += ["-v", "%s/data:/mnt/data" % d]
+        give_to_sandbox(d)
+        argv = [DOCKER, "run", "--rm"] + mounts + [
+            self.image, "jupyter", "nbconvert", "--to", "notebook", "--execute",
+            "/app/nb.ipynb", "--output-dir", "/app", "--output", "executed.ipynb"]
+        p = run_measured(argv)
+        t0 = time.monotonic()
+        ok = p.rc == 0
+        try:
+            with open(os.path.join(d, "executed.ipynb")) as f:
+                nb = json.load(f)
+            outs = [o for c in nb.get("cells", []) for o in c.get("outputs", [])]
+        except (OSError, ValueError):
+            ok, outs = False, []
+        read_ms = (time.monotonic() - t0) * 1000
+        if ok and wl:
+            if wl["key"] == "print":
+                ok = any("".join(o.get("text", "")) == "1\n" for o in outs)
+            elif wl["key"] == "chart":
+                ok = any("image/png" in o.get("data", {}) for o in outs)
+            elif wl["key"] == "csv":
+                ok = os.path.exists(os.path.join(d, "data", "out.csv"))
+        p.ok = ok
+        p.read_ms = read_ms
+        p.wall_ms += read_ms
+        return p
+
+
+# ---- sections ------------------------------------------------------------------------
+
+def section_cold(b, n):
+    """Interleaved cold runs: baseline A and nbrun, per workload."""
+    res = {}
+    for wl in WORKLOADS:
+        res[wl["key"]] = {"nbrun": [], "baseline": []}
+    say("warm-up: one discarded run of each (page cache, image layers)")
+    b.baseline_run(WORKLOADS[0])
+    b.nbrun_run(WORKLOADS[0])
+    say("cold runs: %d x %d workloads, nbrun and baseline A alternating" % (n, len(WORKLOADS)))
+    for i in range(n):
+        for wl in WORKLOADS:
+            first_baseline = (i % 2 == 0)
+            order = ["baseline", "nbrun"] if first_baseline else ["nbrun", "baseline"]
+            for who in order:
+                tick("%s %s %d/%d" % (who, wl["key"], i + 1, n))
+                p = b.baseline_run(wl) if who == "baseline" else b.nbrun_run(wl)
+                if p.ok:
+                    res[wl["key"]][who].append(p)
+    tick_done()
+    return res
+
+
+def exec_cells_ms(nb_path):
+    """Time the kernel spent on cells: iopub busy -> idle, summed."""
+    try:
+        with open(nb_path) as f:
+            nb = json.load(f)
+    except (OSError, ValueError):
+        return None
+    total = 0.0
+    for c in nb.get("cells", []):
+        ex = c.get("metadata", {}).get("execution", {})
+        a, z = ex.get("iopub.status.busy"), ex.get("iopub.status.idle")
+        if a and z:
+            ta = datetime.datetime.fromisoformat(a.replace("Z", "+00:00"))
+            tz = datetime.datetime.fromisoformat(z.replace("Z", "+00:00"))
+            total += (tz - ta).total_seconds() * 1000
+    return total
+
+
+PHASES = [
+    ("preflight", "preflight: ping, orphan scan, image check"),
+    ("create", "create: 2 volumes + container"),
+    ("start", "start container"),
+    ("upload", "upload (PUT archive)"),
+    ("kernel", "kernel start + nbconvert overhead"),
+    ("exec", "execution (cells, busy->idle)"),
+    ("inspect", "inspect container"),
+    ("download", "download (GET archive)"),
+    ("parse", "parse + export (local, between downloads)"),
+    ("cleanup", "cleanup (DELETE container, volumes)"),
+    ("local", "local rest: process start, tar, result"),
+]
+
+
+def attribute(records, p):
+    """Split one proxied run's wall time into phases (ms)."""
+    ph = {k: 0.0 for k, _ in PHASES}
+    created = False
+    engine_ms = 0.0
+    logs_ms = 0.0
+    gaps_parse = 0.0
+    prev_download = False
+    prev_end = None
+    for r in records:
+        target = r["path"]
+        path, _, query = target.partition("?")
+        if path.startswith("/v1.") and "/" in path[1:]:
+            path = path[path.index("/", 1):]
+        m = r["method"]
+        ms = (r["end"] - r["start"]) * 1000
+        engine_ms += ms
+        if prev_download and prev_end is not None:
+            gaps_parse += max(0.0, (r["start"] - prev_end) * 1000)
+        prev_download = False
+        if m == "POST" and path in ("/volumes/create", "/containers/create"):
+            created = True
+            key = "create"
+        elif not created:
+            key = "preflight"
+        elif m == "POST" and path.endswith("/start"):
+            key = "start"
+        elif m == "PUT" and path.endswith("/archive"):
+            key = "upload"
+        elif m == "GET" and path.endswith("/logs") and "follow=1" in query:
+            key = "logs"
+            logs_ms += ms
+        elif m == "GET" and path.endswith("/archive"):
+            key = "download"
+            prev_download = True
+        elif m == "DELETE":
+            key = "cleanup"
+        else:
+            key = "inspect"
+        if key != "logs":
+            ph[key] += ms
+        prev_end = r["end"]
+    cells = exec_cells_ms(os.path.join(p.out_dir, "notebook.ipynb"))
+    if cells is None:
+        cells = 0.0
+    ph["exec"] = min(cells, logs_ms)
+    ph["kernel"] = max(0.0, logs_ms - ph["exec"])
+    ph["parse"] = gaps_parse
+    ph["local"] = max(0.0, p.wall_ms - engine_ms - gaps_parse)
+    ph["wall"] = p.wall_ms
+    ph["requests"] = len(records)
+    return ph
+
+
+def section_phases(b, n):
+    sock = os.path.join(b.work, "engine.sock")
+    upstream = "/var/run/docker.sock"
+    dh = os.environ.get("DOCKER_HOST", "")
+    if dh.startswith("unix://") and not b.args.ignore_docker_host:
+        upstream = dh[7:]
+    proxy = EngineProxy(sock, upstream).start()
+    res = {}
+    say("phases: %d run(s) per workload through bench/engine_proxy.py" % n)
+    try:
+        for wl in WORKLOADS:
+            rows = []
+            for i in range(n):
+                tick("phases %s %d/%d" % (wl["key"], i + 1, n))
+                proxy.take()
+                p = b.nbrun_run(wl, docker_host="unix://" + sock)
+                proxy.wait_idle(5)
+                recs = proxy.take()
+                if p.ok and recs:
+                    rows.append(attribute(recs, p))
+            res[wl["key"]] = rows
+    finally:
+        tick_done()
+        proxy.stop()
+    return res
+
+
+def make_batch_notebooks(d, n):
+    os.makedirs(d, exist_ok=True)
+    paths = []
+    for i in range(n):
+        src = ["import math\nn = %d" % (1000 * (i + 1)),
+               "total = sum(math.isqrt(k) for k in range(n))\nprint('nb%02d', total)" % i]
+        path = os.path.join(d, "nb%02d.ipynb" % i)
+        write_json(path, notebook(src))
+        paths.append(path)
+    return paths
+
+
+def have_batch(nbrun):
+    try:
+        return subprocess.run([nbrun, "batch", "--help"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def batch_nbrun(b, paths, jobs, use_batch):
+    """Throughput of nbrun on paths with `jobs` at a time; rerun once after an outage."""
+    r = _batch_nbrun(b, paths, jobs, use_batch)
+    if r["ok"] < len(paths) and b.engine_down("nbrun -j %d" % jobs):
+        r = _batch_nbrun(b, paths, jobs, use_batch)
+    if r["ok"] < len(paths):
+        b.fail("nbrun -j %d" % jobs, "%d of %d notebooks ok" % (r["ok"], len(paths)))
+    return r
+
+
+def _batch_nbrun(b, paths, jobs, use_batch):
+    if use_batch:
+        out = b._dir("batch-j%d" % jobs)
+        p = run_measured([b.nbrun, "batch", "--json", "-q", "-j", str(jobs), "-o", out] + paths,
+                         env=b.env)
+        ok_count, per = 0, []
+        try:
+            rep = json.loads(p.stdout)
+            for e in rep.get("notebooks", []):
+                if e.get("status") == "ok":
+                    ok_count += 1
+                per.append(e.get("duration_ms"))
+        except ValueError:
+            pass
+        return {"wall_ms": p.wall_ms, "ok": ok_count, "per_notebook_ms": per,
+                "cpu_ms": p.cpu_ms, "maxrss_kb": p.maxrss_kb}
+    # Fallback: `nbrun run` processes, `jobs` at a time, started by this harness.
+    done = []
+
+    def one(path):
+        out = b._dir("runj%d" % jobs)
+        p = run_measured([b.nbrun, "run", "--json", "-q", "-o", out, path], env=b.env)
+        try:
+            ok = p.rc == 0 and json.loads(p.stdout).get("status") == "ok"
+        except ValueError:
+            ok = False
+        return p, ok
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
+        for p, ok in ex.map(one, paths):
+            done.append((p, ok))
+    wall = (time.monotonic() - t0) * 1000
+    return {"wall_ms": wall, "ok": sum(1 for _, ok in done if ok),
+            "per_notebook_ms": [p.wall_ms for p, _ in done],
+            "cpu_ms": sum(p.cpu_ms for p, _ in done),
+            "maxrss_kb": max(p.maxrss_kb for p, _ in done)}
+
+
+def batch_baseline(b, paths):
+    t0 = time.monotonic()
+    per, ok = [], 0
+    for path in paths:
+        p = b.baseline_run(nb_path=path, name=os.path.basename(path))
+        per.append(p.wall_ms)
+        ok += 1 if p.ok else 0
+    return {"wall_ms": (time.monotonic() - t0) * 1000, "ok": ok, "per_notebook_ms": per}
+
+
+def section_batch(b, size, reps):
+    paths = make_batch_notebooks(os.path.join(b.work, "batch-notebooks"), size)
+    use_batch = have_batch(b.nbrun)
+    mode = "nbrun batch" if use_batch else "fallback: harness runs `nbrun run` N at a time"
+    say("batch: %d notebooks x %d rep(s): baseline A sequential, nbrun -j 1, -j 2 (%s)"
+        % (size, reps, mode))
+    res = {"mode": mode, "uses_nbrun_batch": use_batch, "size": size,
+           "baseline": [], "j1": [], "j2": []}
+    for r in range(reps):
+        tick("batch rep %d/%d: baseline A sequential" % (r + 1, reps))
+        res["baseline"].append(batch_baseline(b, paths))
+        tick("batch rep %d/%d: -j 1" % (r + 1, reps))
+        res["j1"].append(batch_nbrun(b, paths, 1, use_batch))
+        tick("batch rep %d/%d: -j 2" % (r + 1, reps))
+        res["j2"].append(batch_nbrun(b, paths, 2, use_batch))
+    tick_done()
+    return res
+
+
+def png_bytes(w=160, h=160, seed=3):
+    """A real PNG (RGB noise, so it does not compress away): ~77 KB, a large chart."""
+    rnd = random.Random(seed)
+    raw = b"".join(b"\x00" + bytes(rnd.getrandbits(8) for _ in range(w * 3)) for _ in range(h))
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def make_big_notebook(path, target_bytes):
+    """An executed nbformat 4.5 notebook of many display_data PNG outputs."""
+    b64 = base64.b64encode(png_bytes()).decode()
+    out = {"output_type": "display_data", "metadata": {},
+           "data": {"image/png": b64, "text/plain": ["<Figure size 640x480 with 1 Axes>"]}}
+    per_cell = 10
+    head = ('{\n "nbformat": 4,\n "nbformat_minor": 5,\n "metadata": {"kernelspec": '
+            '{"name": "python3", "display_name": "Python 3", "language": "python"}, '
+            '"language_info": {"name": "python"}},\n "cells": [\n')
+    written = len(head)
+    with open(path, "w") as f:
+        f.write(head)
+        i = 0
+        while True:
+            cell = {"cell_type": "code", "id": "c%d" % i, "metadata": {}, "execution_count": i + 1,
+                    "source": "for k in range(%d):\n    show_chart(k)" % per_cell,
+                    "outputs": [{"output_type": "stream", "name": "stdout",
+                                 "text": "cell %d\n" % i}] + [out] * per_cell}
+            text = json.dumps(cell, indent=1)
+            last = written + len(text) + 4 >= target_bytes
+            f.write(("  " if i == 0 else ",\n  ") + text)
+            written += len(text) + 4
+            i += 1
+            if last:
+                break
+        f.write("\n ]\n}\n")
+    return os.path.getsize(path), i * per_cell
+
+
+def section_parse(b, mb, n):
+    path = os.path.join(b.work, "big.ipynb")
+    size, images = make_big_notebook(path, mb * 1000 * 1000)
+    say("parse: %.1f MB notebook, %d PNG outputs, %d run(s) of nbrun parse"
+        % (size / 1e6, images, n))
+    rows, pyload = [], []
+    for i in range(n):
+        tick("parse %d/%d" % (i + 1, n))
+        out = b._dir("parse")
+        p = run_measured([b.nbrun, "parse", "--json", "-o", out, path], env=b.env)
+        ok = p.rc == 0
+        try:
+            ok = ok and json.loads(p.stdout).get("status") == "ok"
+        except ValueError:
+            ok = False
+        if not ok:
+            b.fail("nbrun parse", "exit %d" % p.rc)
+            continue
+        rows.append(p)
+    # Side by side: the seed approach's json.load of the same file.
+    tick("parse: python json.load")
+    q = run_measured(["/usr/bin/python3", "-c", "import json, sys; json.load(open(sys.argv[1]))",
+                      path])
+    if q.rc == 0:
+        pyload.append(q)
+    tick_done()
+    return {"file_bytes": size, "images": images, "runs": rows, "json_load": pyload}
+
+
+# ---- report ----------------------------------------------------------------------------
+
+def fmt_ms(x):
+    if x is None:
+        return "-"
+    return "%.0f" % x if x >= 100 else "%.1f" % x
+
+
+def table(headers, rows, right=None):
+    right = right or set(range(1, len(headers)))
+    cols = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in cols) for i in range(len(headers))]
+    lines = []
+    for k, r in enumerate(cols):
+        cells = [(r[i].rjust(w[i]) if i in right else r[i].ljust(w[i])) for i in range(len(r))]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * x for x in w))
+    return "\n".join(lines)
+
+
+def dist_row(label, d, unit_fmt=fmt_ms, extra=()):
+    return [label, d["n"]] + [unit_fmt(d[k]) for k in ("min", "p50", "p90", "p99", "max")] + list(extra)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="nbrun benchmarks (see bench/README.md)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 runs, tiny batch (~2 min)")
+    ap.add_argument("--nbrun", default=os.path.join(ROOT, "build-bench", "src", "cli", "nbrun"))
+    ap.add_argument("--image", help="runtime image (default jupyter-runtime:<nbrun version>)")
+    ap.add_argument("-n", "--runs", type=int, help="cold runs per workload (10; quick 2)")
+    ap.add_argument("--phase-runs", type=int, help="proxied runs per workload (5; quick 1)")
+    ap.add_argument("--batch-size", type=int, help="notebooks per batch (20; quick 4)")
+    ap.add_argument("--batch-reps", type=int, help="repetitions of each batch (1)")
+    ap.add_argument("--parse-mb", type=int, help="size of the parse notebook in MB (100; quick 100)")
+    ap.add_argument("--parse-runs", type=int, help="runs of nbrun parse (3; quick 1)")
+    ap.add_argument("--only", help="comma list of sections: cold,phases,batch,parse")
+    ap.add_argument("--wait-idle", type=float, default=0,
+                    help="wait up to this many minutes for the 1-min load to fall below nproc/2")
+    ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
+    ap.add_argument("--no-save", action="store_true", help="do not write results")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--ignore-docker-host", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stale-binary", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    q = args.quick
+    args.runs = args.runs or (2 if q else 10)
+    args.phase_runs = args.phase_runs or (1 if q else 5)
+    args.batch_size = args.batch_size or (4 if q else 20)
+    args.batch_reps = args.batch_reps or 1
+    args.parse_mb = args.parse_mb or 100
+    args.parse_runs = args.parse_runs or (1 if q else 3)
+    sections = set((args.only or "cold,phases,batch,parse").split(","))
+
+    if not os.access(args.nbrun, os.X_OK):
+        print("bench: error: no nbrun at %s (bench/run builds it)" % args.nbrun, file=sys.stderr)
+        return 2
+    version = sh([args.nbrun, "--version"]).split()[-1] if sh([args.nbrun, "--version"]) else "?"
+    args.image = args.image or "jupyter-runtime:%s" % version
+    if not os.access(DOCKER, os.X_OK):
+        print("bench: error: baseline A needs the docker CLI at %s" % DOCKER, file=sys.stderr)
+        return 2
+    if subprocess.run([DOCKER, "image", "inspect", args.image], capture_output=True).returncode:
+        print("bench: error: image %s missing: run scripts/setup" % args.image, file=sys.stderr)
+        return 2
+
+    nproc = os.cpu_count() or 1
+    if args.wait_idle > 0:
+        deadline = time.monotonic() + args.wait_idle * 60
+        while loadavg()[0] > nproc / 2 and time.monotonic() < deadline:
+            say("load %.2f on %d cores: waiting for it to settle" % (loadavg()[0], nproc))
+            time.sleep(30)
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = loadavg()
+    hogs = busy_processes()
+    others = running_containers()
+    machine = machine_info()
+    commit = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = bool(sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]))
+    say("%s mode; load %s; nbrun %s (%s%s); image %s"
+        % ("quick" if q else "full", " ".join("%.2f" % x for x in load_before), version, commit,
+           "+dirty" if dirty else "", args.image))
+
+    work = tempfile.mkdtemp(prefix="nbrun-bench-")
+    b = Bench(args, work)
+    cold = phases = batch = parse = None
+    t_all = time.monotonic()
+    try:
+        with LoadSampler() as sampler:
+            if "cold" in sections:
+                cold = section_cold(b, args.runs)
+            if "phases" in sections:
+                phases = section_phases(b, args.phase_runs)
+            if "batch" in sections:
+                batch = section_batch(b, args.batch_size, args.batch_reps)
+            if "parse" in sections:
+                parse = section_parse(b, args.parse_mb, args.parse_runs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            say("scratch kept in %s" % work)
+    elapsed = time.monotonic() - t_all
+    load_after = loadavg()
+    during = sampler.samples or [load_before[0]]
+
+    metrics, targets, notes = {}, [], []
+    out = []
+
+    def metric(name, d_or_value, unit, better, **extra):
+        if isinstance(d_or_value, dict):
+            m = dict(d_or_value)
+            m["value"] = m["p50"]
+        else:
+            m = {"value": d_or_value}
+        m.update(unit=unit, better=better, **extra)
+        metrics[name] = m
+        return m
+
+    # ---- header
+    out.append("nbrun benchmarks, %s mode, %s" % ("quick" if q else "full",
+                                                   started.strftime("%Y-%m-%d %H:%M UTC")))
+    out.append("machine: %d cores (%s), %s MiB, kernel %s, docker %s (API %s), %s"
+               % (machine["nproc"], machine.get("cpu_model", "?"), machine.get("mem_total_mib", "?"),
+                  machine["kernel"], machine.get("docker_server"), machine.get("docker_api"),
+                  machine.get("os", "")))
+    out.append("nbrun %s at %s%s, release build; image %s"
+               % (version, commit, " (+uncommitted changes)" if dirty else "", args.image))
+    load_line = ("load: 1-min %.2f before, %.2f-%.2f during (mean %.2f), %.2f after; "
+                 "%d other container(s) running at start"
+                 % (load_before[0], min(during), max(during), sum(during) / len(during),
+                    load_after[0], others))
+    out.append(load_line)
+    if hogs:
+        out.append("busy at start: " + ", ".join("%s %d%%%s" % (h["comm"], h["cpu_pct"],
+                                                                " (nice %d)" % h["nice"] if h["nice"] else "")
+                                                 for h in hogs))
+    # The benchmark itself keeps about one core busy (two during -j 2).
+    if sum(during) / len(during) > nproc:
+        notes.append("the machine was busy during the run (mean 1-min load %.2f on %d cores): "
+                     "absolute times are inflated; ratios are fairer because runs alternate"
+                     % (sum(during) / len(during), nproc))
+    if args.stale_binary:
+        notes.append("the build failed; an older nbrun binary was measured")
+    out.append("percentiles interpolate between ranks: with n=%d, p99 is close to max" % args.runs)
+    out.append("")
+
+    # ---- cold
+    if cold:
+        out.append("== cold runs: wall ms per run (baseline A = docker run + nbconvert + json.load)")
+        rows = []
+        for wl in WORKLOADS:
+            c = cold[wl["key"]]
+            db = dist([p.wall_ms for p in c["baseline"]])
+            dn = dist([p.wall_ms for p in c["nbrun"]])
+            r = ratio(dn["p50"], db["p50"])
+            metric("cold.%s.baseline_a.wall_ms" % wl["key"], db, "ms", "lower")
+            metric("cold.%s.nbrun.wall_ms" % wl["key"], dn, "ms", "lower")
+            metric("cold.%s.ratio" % wl["key"], r, "x", "lower",
+                   note="nbrun p50 / baseline A p50")
+            rows.append(dist_row("%s  baseline A" % wl["label"], db, extra=[""]))
+            rows.append(dist_row("%s  nbrun" % wl["label"], dn,
+                                 extra=["%.2fx" % r if r else "-"]))
+            targets.append(("cold %s p50 vs baseline A" % wl["label"],
+                            "%.2fx (%s vs %s ms)" % (r, fmt_ms(dn["p50"]), fmt_ms(db["p50"])) if r else "-",
+                            "<= 0.8x", None if r is None else r <= 0.8))
+        out.append(table(["workload", "n", "min", "p50", "p90", "p99", "max", "ratio"], rows))
+        out.append("")
+
+        out.append("== host cost per run: the nbrun process itself (wait4 rusage), not the container")
+        rows = []
+        for wl in WORKLOADS:
+            c = cold[wl["key"]]
+            cpu = dist([p.cpu_ms for p in c["nbrun"]])
+            rss = dist([p.maxrss_kb / 1024 for p in c["nbrun"]])
+            dcpu = dist([p.cpu_ms for p in c["baseline"]])
+            drss = dist([p.maxrss_kb / 1024 for p in c["baseline"]])
+            metric("host.%s.nbrun.cpu_ms" % wl["key"], cpu, "ms", "lower")
+            metric("host.%s.nbrun.maxrss_mib" % wl["key"], rss, "MiB", "lower")
+            metric("host.%s.docker_cli.cpu_ms" % wl["key"], dcpu, "ms", "lower")
+            metric("host.%s.docker_cli.maxrss_mib" % wl["key"], drss, "MiB", "lower")
+            f1 = lambda x: "-" if x is None else "%.1f" % x  # noqa: E731
+            rows.append(dist_row("%s  nbrun CPU ms" % wl["label"], cpu, f1))
+            rows.append(dist_row("%s  nbrun peak RSS MiB" % wl["label"], rss, f1))
+            rows.append(dist_row("%s  (docker CLI CPU ms)" % wl["label"], dcpu, f1))
+            rows.append(dist_row("%s  (docker CLI peak RSS MiB)" % wl["label"], drss, f1))
+        out.append(table(["workload / measure", "n", "min", "p50", "p90", "p99", "max"], rows))
+        out.append("(baseline A's host side also runs json.load in the harness; not included)")
+        out.append("")
+
+    # ---- phases
+    if phases:
+        keys = [wl["key"] for wl in WORKLOADS if phases.get(wl["key"])]
+        out.append("== where a cold run spends its time: p50 ms per phase, runs through "
+                   "bench/engine_proxy.py (n=%d per workload)" % args.phase_runs)
+        rows = []
+        for k, label in PHASES + [("wall", "total wall (through the proxy)")]:
+            row = [label]
+            for wk in keys:
+                d = dist([r[k] for r in phases[wk]])
+                metric("phases.%s.%s_ms" % (wk, k), d, "ms", "lower")
+                row.append(fmt_ms(d["p50"]))
+            rows.append(row)
+        if cold:
+            row = ["total wall (direct, from cold runs)"]
+            for wk in keys:
+                row.append(fmt_ms(dist([p.wall_ms for p in cold[wk]["nbrun"]])["p50"]))
+            rows.append(row)
+        out.append(table(["phase"] + [next(w["label"] for w in WORKLOADS if w["key"] == wk)
+                                      for wk in keys], rows))
+        out.append("kernel start + nbconvert = the log-follow wait less the cells' busy->idle time:"
+                   " python/nbconvert start, kernel start, notebook write")
+        out.append("")
+
+    # ---- batch
+    if batch:
+        n = batch["size"]
+        out.append("== batch throughput: %d small notebooks; nbrun side: %s" % (n, batch["mode"]))
+
+        def npm(rows):
+            # Only notebooks that came back ok count towards throughput.
+            return dist([r["ok"] / (r["wall_ms"] / 60000.0) for r in rows if r["wall_ms"] and r["ok"]])
+        base = npm(batch["baseline"])
+        j1, j2 = npm(batch["j1"]), npm(batch["j2"])
+        r1, r2 = ratio(j1["p50"], base["p50"]), ratio(j2["p50"], base["p50"])
+        metric("batch.baseline_a_seq.nb_per_min", base, "nb/min", "higher")
+        metric("batch.nbrun_j1.nb_per_min", j1, "nb/min", "higher", mode=batch["mode"])
+        metric("batch.nbrun_j2.nb_per_min", j2, "nb/min", "higher", mode=batch["mode"])
+        metric("batch.j1.ratio", r1, "x", "higher")
+        metric("batch.j2.ratio", r2, "x", "higher")
+        label = "nbrun batch" if batch["uses_nbrun_batch"] else "nbrun run x N (harness)"
+        rows = []
+        for name, runs, d, r in (("baseline A, sequential", batch["baseline"], base, None),
+                                 ("%s -j 1" % label, batch["j1"], j1, r1),
+                                 ("%s -j 2" % label, batch["j2"], j2, r2)):
+            per = dist([x for rr in runs for x in rr["per_notebook_ms"] if x is not None])
+            rows.append([name, "%.1f" % d["p50"] if d["p50"] else "-",
+                         "%.1f" % (sum(rr["wall_ms"] for rr in runs) / len(runs) / 1000),
+                         "%d/%d" % (sum(rr["ok"] for rr in runs), n * len(runs)),
+                         fmt_ms(per["p50"]), fmt_ms(per["p90"]), fmt_ms(per["max"]),
+                         "%.2fx" % r if r else ""])
+        out.append(table(["", "nb/min", "wall s", "ok", "per-nb p50 ms", "p90", "max", "vs baseline"],
+                         rows))
+        out.append("")
+        if any(r["ok"] < n for k in ("baseline", "j1", "j2") for r in batch[k]):
+            notes.append("some batch notebooks failed: throughput counts only those that came back ok")
+        targets.append(("batch -j 2 throughput vs baseline A sequential",
+                        "%.2fx (%.1f vs %.1f nb/min)%s" % (r2, j2["p50"], base["p50"],
+                                                           "" if batch["uses_nbrun_batch"] else " [fallback]")
+                        if r2 else "-", ">= 1.8x", None if r2 is None else r2 >= 1.8))
+        targets.append(("batch -j 1 throughput vs baseline A sequential (info)",
+                        "%.2fx" % r1 if r1 else "-", "-", None))
+
+    # ---- parse
+    if parse and parse["runs"]:
+        size = parse["file_bytes"]
+        wall = dist([p.wall_ms for p in parse["runs"]])
+        rss = dist([p.maxrss_kb * 1024 / 1e6 for p in parse["runs"]])
+        cpu = dist([p.cpu_ms for p in parse["runs"]])
+        r = ratio(rss["max"] * 1e6, size)
+        metric("parse.file_mb", size / 1e6, "MB", "none")
+        metric("parse.wall_ms", wall, "ms", "lower")
+        metric("parse.cpu_ms", cpu, "ms", "lower")
+        metric("parse.maxrss_mb", rss, "MB", "lower")
+        metric("parse.rss_ratio", r, "x", "lower", note="max peak RSS / file size")
+        out.append("== nbrun parse of a %.1f MB executed notebook (%d base64 PNG outputs)"
+                   % (size / 1e6, parse["images"]))
+        rows = [dist_row("nbrun parse wall ms", wall), dist_row("nbrun parse CPU ms", cpu),
+                dist_row("nbrun parse peak RSS MB", rss, lambda x: "%.1f" % x)]
+        if parse["json_load"]:
+            jl = parse["json_load"][0]
+            metric("parse.python_json_load.maxrss_mb", jl.maxrss_kb * 1024 / 1e6, "MB", "lower")
+            metric("parse.python_json_load.wall_ms", jl.wall_ms, "ms", "lower")
+            rows.append(dist_row("(python json.load wall ms)", dist([jl.wall_ms])))
+            rows.append(dist_row("(python json.load peak RSS MB)", dist([jl.maxrss_kb * 1024 / 1e6]),
+                                 lambda x: "%.1f" % x))
+        out.append(table(["", "n", "min", "p50", "p90", "p99", "max"], rows))
+        out.append("")
+        targets.append(("nbrun parse peak RSS / notebook size",
+                        "%.2fx (%.0f MB for %.0f MB)" % (r, rss["max"], size / 1e6) if r else "-",
+                        "<= 3x", None if r is None else r <= 3.0))
+
+    # ---- targets
+    if cold:
+        p50 = metrics["cold.print.nbrun.wall_ms"]["value"]
+        targets.insert(0, ("pool print(1) p50", "n/a: no warm pool yet (cold p50 %s ms)" % fmt_ms(p50),
+                           "<= 50 ms", "n/a"))
+        cpu = metrics["host.print.nbrun.cpu_ms"]["value"]
+        rss = metrics["host.print.nbrun.maxrss_mib"]["value"]
+        targets.append(("nbrun host CPU per print(1) run, p50 (info)", "%.1f ms" % cpu, "-", None))
+        targets.append(("nbrun peak RSS per print(1) run, p50 (info)", "%.1f MiB" % rss, "-", None))
+    if b.outages:
+        notes.append("the engine or image was unavailable %d time(s) (waited %s s); the runs caught "
+                     "by it were retried and are not in the timings"
+                     % (len(b.outages), ", ".join("%.0f" % o["waited_s"] for o in b.outages)))
+    if b.failures:
+        notes.append("%d run(s) failed or produced wrong output and are not in the timings: %s"
+                     % (len(b.failures), "; ".join("%s (%s)" % (f["what"], f["detail"])
+                                                    for f in b.failures[:5])))
+    out.append("== summary (benchmarks never fail on timing)")
+
+    def met(v):
+        return {True: "yes", False: "NO", None: "-"}.get(v, v)
+    out.append(table(["metric", "value", "target", "met"],
+                     [[t[0], t[1], t[2], met(t[3])] for t in targets], right={3}))
+    for n_ in notes:
+        out.append("note: " + n_)
+    out.append("elapsed %.1f min" % (elapsed / 60))
+
+    doc = {
+        "schema": SCHEMA, "date": started.isoformat(timespec="seconds"),
+        "mode": "quick" if q else "full", "elapsed_s": round(elapsed, 1),
+        "machine": machine,
+        "software": {"nbrun": version, "commit": commit, "dirty": dirty, "image": args.image,
+                     "image_id": sh([DOCKER, "image", "inspect", "-f", "{{.Id}}", args.image]),
+                     "batch_mode": batch["mode"] if batch else None,
+                     "stale_binary": args.stale_binary},
+        "config": {"runs": args.runs, "phase_runs": args.phase_runs, "batch_size": args.batch_size,
+                   "batch_reps": args.batch_reps, "parse_mb": args.parse_mb,
+                   "parse_runs": args.parse_runs, "sections": sorted(sections)},
+        "load": {"before": load_before, "after": load_after, "during_1min": during,
+                 "busy_processes_at_start": hogs, "other_containers_at_start": others},
+        "metrics": metrics,
+        "targets": [{"metric": t[0], "value": t[1], "target": t[2], "met": t[3]} for t in targets],
+        "failures": b.failures, "outages": b.outages, "notes": notes,
+    }
+    if not args.no_save:
+        path = args.results
+        if not path:
+            os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+            stem = os.path.join(HERE, "results", started.strftime("%Y-%m-%d") + ("-quick" if q else ""))
+            path, k = stem + ".json", 2
+            while os.path.exists(path):
+                path, k = "%s-%d.json" % (stem, k), k + 1
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+        out.append("results: %s" % (os.path.relpath(path, ROOT) if path.startswith(ROOT) else path))
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1476 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Hostile code and faults: proof that the sandbox holds.
+
+Usage: hostile_cases.py CASE   (one meson test per case; see meson.build)
+
+Every case runs `nbrun run --json` against the real engine and image with
+small limits, then asserts the safe outcome: on the result document, on the
+files written on the host (lstat walks, never following links), on nbrun's
+own memory (max RSS of the child), on host processes (pgrep for a marker
+unique to the case) and on the engine (nothing labelled with the run's id or
+nbrun's pid is left). The last line of a passing case is
+"held <case>: <what held>"; a failing one prints "FAIL: ..." and exits 1.
+"""
+import concurrent.futures
+import ctypes
+import errno
+import http.client
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+
+NBRUN = os.environ["NBRUN"]
+SRCDIR = os.environ["NBRUN_SRCDIR"]
+SOCK = "/var/run/docker.sock"
+
+def _sanitized():
+    try:
+        with open(NBRUN, "rb") as f:
+            return b"libasan.so" in f.read()
+    except OSError:
+        return False
+
+
+# Bound on nbrun's own memory, whatever the code does: 600 MiB, times 1.5 in
+# an ASan build (redzones and quarantine roughly double small allocations).
+SANITIZED = _sanitized()
+MAX_RSS_KB = 600 * 1024 * (3 if SANITIZED else 2) // 2
+MARK = "hostile-%s" % uuid.uuid4().hex[:12]  # unique per case, for pgrep -f
+KEEP = []                    # temp dirs removed when the case holds
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.stdout.flush()
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def note(msg):
+    print("  " + msg)
+    sys.stdout.flush()
+
+
+# ---- running nbrun -------------------------------------------------------------
+
+class Run:
+    """One finished nbrun process: exit code, document, output dir, stderr, max RSS."""
+
+    def __init__(self, rc, stdout, stderr, out, rss_kb, elapsed, pid):
+        self.rc, self.stderr, self.out, self.rss_kb = rc, stderr, out, rss_kb
+        self.elapsed, self.pid = elapsed, pid
+        self.doc = None
+        if stdout.strip():
+            try:
+                self.doc = json.loads(stdout)
+            except ValueError:
+                fail("stdout is not JSON: %r (stderr %r)" % (stdout[:300], stderr[:300]))
+
+    def __repr__(self):
+        d = self.doc or {}
+        return "exit %d, status %r, message %r, stderr %r" % (
+            self.rc, d.get("status"), d.get("message"), self.stderr[-300:])
+
+
+def tmpdir(prefix="nbrun-hostile-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    KEEP.append(d)
+    return d
+
+
+def start(args, env=None, out=None, json_out=True):
+    """Start nbrun run; returns (Popen, out dir, stdout file, stderr file)."""
+    out = out or os.path.join(tmpdir(), "o")
+    so = tempfile.TemporaryFile()
+    se = tempfile.TemporaryFile()
+    cmd = [NBRUN, "run", "-q"] + (["--json"] if json_out else []) + ["-o", out] + args
+    p = subprocess.Popen(cmd, stdout=so, stderr=se, env=env, stdin=subprocess.DEVNULL)
+    p.hostile_t0 = time.monotonic()
+    return p, out, so, se
+
+
+def finish_proc(p, out, so, se, timeout):
+    """Wait for the process with wait4 (to get its own max RSS), killing it past timeout."""
+    timer = threading.Timer(timeout, lambda: p.kill())
+    timer.start()
+    try:
+        while True:
+            try:
+                _, status, ru = os.wait4(p.pid, 0)
+                break
+            except InterruptedError:
+                continue
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.monotonic() - p.hostile_t0
+    so.seek(0)
+    se.seek(0)
+    r = Run(p.returncode, so.read().decode("utf-8", "replace"), se.read().decode("utf-8", "replace"),
+            out, ru.ru_maxrss, elapsed, p.pid)
+    so.close()
+    se.close()
+    if p.returncode == -signal.SIGKILL and elapsed >= timeout:
+        fail("nbrun hung: killed after %d s (%r)" % (timeout, r))
+    return r
+
+
+def nbrun(args, env=None, timeout=120, out=None):
+    p, out, so, se = start(args, env=env, out=out)
+    return finish_proc(p, out, so, se, timeout)
+
+
+def code_run(code, *opts, env=None, timeout=120):
+    return nbrun(list(opts) + ["-c", code], env=env, timeout=timeout)
+
+
+def validate(doc):
+    try:
+        import jsonschema
+    except ImportError:
+        return
+    path = os.path.join(SRCDIR, "schemas", "result.schema.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        jsonschema.Draft202012Validator(json.load(f)).validate(doc)
+
+
+def check_result(r, rss=True):
+    """What holds for every run that produced a document."""
+    check(r.doc is not None, "no result document: %r" % (r,))
+    validate(r.doc)
+    check(r.doc["out_dir"] == r.out, "out_dir %r != %r" % (r.doc["out_dir"], r.out))
+    if r.doc["status"] in ("timeout", "oom", "failed"):
+        check(r.doc["message"], "status %s without a message" % r.doc["status"])
+    if rss:
+        check(r.rss_kb < MAX_RSS_KB, "nbrun used %d MiB of host memory (bound %d MiB)" %
+              (r.rss_kb // 1024, MAX_RSS_KB // 1024))
+    check_out_dir_safe(r.out)
+    check_gone(run_id=r.doc["run_id"], pid=r.pid)
+
+
+# ---- the engine, straight over its socket ------------------------------------
+
+class _UnixConn(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path_)
+
+
+def engine(path, method="GET", timeout=30):
+    c = _UnixConn(SOCK, timeout)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        body = r.read()
+        return r.status, (json.loads(body) if body.strip() and body[:1] in b"[{" else body)
+    finally:
+        c.close()
+
+
+def engine_up():
+    try:
+        return engine("/_ping", timeout=3)[0] == 200
+    except OSError:
+        return False
+
+
+def labelled(label):
+    """Containers (name, state) and volumes carrying label (k=v or k)."""
+    f = urllib.parse.quote(json.dumps({"label": [label]}))
+    _, cs = engine("/containers/json?all=1&filters=" + f)
+    _, vs = engine("/volumes?filters=" + f)
+    return ([(c["Names"][0], c["State"]) for c in cs],
+            [v["Name"] for v in (vs.get("Volumes") or [])])
+
+
+def leftovers(run_id=None, pid=None):
+    found = []
+    if run_id:
+        cs, vs = labelled("nbrun.run=%s" % run_id)
+        found += [c[0] for c in cs] + vs
+    if pid:
+        cs, vs = labelled("nbrun.pid=%d" % pid)
+        found += [c[0] for c in cs if c[0] not in found] + [v for v in vs if v not in found]
+    return found
+
+
+def check_gone(run_id=None, pid=None, within=2.0):
+    """Nothing the run created is left on the engine (allowing `within` seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        left = leftovers(run_id, pid)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            fail("left behind on the engine: %r" % left)
+        time.sleep(0.2)
+
+
+def created_since(t0, pid):
+    """Engine events (container/volume create) for objects labelled with nbrun's pid since t0."""
+    f = urllib.parse.quote(json.dumps({"label": ["nbrun.pid=%d" % pid]}))
+    c = _UnixConn(SOCK, 10)
+    try:
+        c.request("GET", "/events?since=%d&until=%d&filters=%s" % (int(t0) - 1, int(time.time()) + 1, f))
+        body = c.getresponse().read().decode()
+    finally:
+        c.close()
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def wait_container(pid, timeout=60, settle=0.0):
+    """Wait until the run of nbrun process pid has a running container; returns its name."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cs, _ = labelled("nbrun.pid=%d" % pid)
+        running = [c for c in cs if c[1] == "running"]
+        if running:
+            time.sleep(settle)
+            return running[0][0].lstrip("/")
+        time.sleep(0.1)
+    fail("no running container for nbrun pid %d within %d s" % (pid, timeout))
+
+
+def pgrep(marker):
+    p = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    own = {str(os.getpid())}
+    return [x for x in p.stdout.split() if x not in own]
+
+
+def check_no_process(marker, within=3.0):
+    deadline = time.monotonic() + within
+    while pgrep(marker):
+        if time.monotonic() > deadline:
+            ps = subprocess.run(["ps", "-o", "pid,user,cmd", "-p", ",".join(pgrep(marker))],
+                                capture_output=True, text=True).stdout
+            fail("processes with marker %s survive on the host:\n%s" % (marker, ps))
+        time.sleep(0.2)
+
+
+class Watch(threading.Thread):
+    """Poll fn() every interval while a run goes on; keeps every value."""
+
+    def __init__(self, fn, interval=0.2):
+        super().__init__(daemon=True)
+        self.fn, self.interval, self.values, self.stop = fn, interval, [], threading.Event()
+        self.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                self.values.append(self.fn())
+            except Exception as e:  # keep watching; the value records the failure
+                self.values.append(e)
+            self.stop.wait(self.interval)
+
+    def done(self):
+        self.stop.set()
+        self.join()
+        return self.values
+
+
+# ---- the output directory ---------------------------------------------------------
+
+def walk_lstat(top):
+    """Every entry below top, by lstat, never following anything."""
+    out = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        for name in os.listdir(d):
+            p = os.path.join(d, name)
+            st = os.lstat(p)
+            out.append((p, st))
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(p)
+    return out
+
+
+def check_out_dir_safe(out):
+    """Only regular files and directories, no setuid/setgid/sticky, no group/world write."""
+    if not os.path.isdir(out):
+        return
+    top = os.path.realpath(out)
+    for p, st in walk_lstat(out):
+        m = st.st_mode
+        check(stat.S_ISREG(m) or stat.S_ISDIR(m), "%s is not a regular file or directory (mode %o)" % (p, m))
+        check(not m & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX), "%s has mode %o" % (p, m))
+        check(not m & (stat.S_IWGRP | stat.S_IWOTH), "%s is group/world writable (%o)" % (p, m))
+        check(os.path.realpath(p).startswith(top + "/"), "%s resolves outside %s" % (p, top))
+        if stat.S_ISREG(m):
+            check(st.st_nlink == 1, "%s has %d links" % (p, st.st_nlink))
+
+
+def du(path):
+    return sum(st.st_size for _, st in walk_lstat(path) if stat.S_ISREG(st.st_mode)) if os.path.isdir(path) else 0
+
+
+def inside(r):
+    """The JSON line the code printed last (cases print their findings as JSON)."""
+    lines = [l for l in r.doc["stdout"].splitlines() if l.startswith("{")]
+    check(lines, "the code printed no findings: stdout %r, error %r" % (r.doc["stdout"][-500:], r.doc["error"]))
+    return json.loads(lines[-1])
+
+
+# ---- a fake engine, to see what nbrun sends -----------------------------------------
+
+class FakeEngine:
+    """A unix socket that plays an engine: 'ping' (answers /_ping, 404 to the rest),
+    'hang' (accepts, never answers), 'garbage' (not HTTP), 'http500'."""
+
+    def __init__(self, mode, mode_bits=None):
+        self.dir = tmpdir("nbrun-fake-")
+        os.chmod(self.dir, 0o755)
+        self.path = os.path.join(self.dir, "docker.sock")
+        self.mode = mode
+        self.connections = 0
+        self.requests = []
+        self.held = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(16)
+        if mode_bits is not None:
+            os.chmod(self.path, mode_bits)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(c,), daemon=True).start()
+
+    def _read_request(self, c, buf):
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(65536)
+            if not d:
+                return None, b""
+            buf += d
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+        need = int(m.group(1)) if m else 0
+        while len(rest) < need:
+            d = c.recv(65536)
+            if not d:
+                break
+            rest += d
+        return head.split(b"\r\n")[0].decode("latin-1"), rest[need:]
+
+    def _handle(self, c):
+        try:
+            if self.mode == "hang":
+                self.held.append(c)
+                return
+            if self.mode == "garbage":
+                c.recv(65536)
+                c.sendall(b"\x00\xff\xfe garbage, not HTTP\r\n\r\n\x1b[2J")
+                c.close()
+                return
+            buf = b""
+            while True:
+                line, buf = self._read_request(c, buf)
+                if line is None:
+                    break
+                self.requests.append(line)
+                if self.mode == "http500":
+                    body = b'{"message":"fake engine failure"}'
+                    c.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                elif line.startswith("GET /_ping"):
+                    c.sendall(b"HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nContent-Length: 2\r\n\r\nOK")
+                else:
+                    body = b'{"message":"fake engine: not here"}'
+                    c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        finally:
+            if self.mode != "hang":
+                c.close()
+
+    def writes(self):
+        return [r for r in self.requests if not r.startswith(("GET ", "HEAD "))]
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def one_line_error(r, what):
+    check(r.stderr.startswith("nbrun: error: ") and r.stderr.count("\n") == 1,
+          "%s: stderr is not one 'nbrun: error:' line: %r" % (what, r.stderr))
+
+
+# =============================================================================
+# cases
+# =============================================================================
+
+def case_fork_bomb():
+    code = r'''
+import errno, json, os, time
+kids, err = [], None
+for i in range(100000):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e
+        break
+    if pid == 0:
+        try:
+            os.execv("/bin/sh", ["sh", "-c", "sleep 4; : %s"])
+        finally:
+            os._exit(0)
+    kids.append(pid)
+pids_max = open("/sys/fs/cgroup/pids/pids.max").read().strip() if os.path.exists("/sys/fs/cgroup/pids/pids.max") else open("/sys/fs/cgroup/pids.max").read().strip()
+for k in kids:
+    os.waitpid(k, 0)
+print(json.dumps({"forked": len(kids), "error": type(err).__name__, "errno": err and err.errno,
+                  "eagain": errno.EAGAIN, "pids_max": pids_max}))
+''' % MARK
+    before = len([p for p in os.listdir("/proc") if p.isdigit()])
+    host_forks = Watch(lambda: subprocess.run(["/bin/true"]).returncode, 0.1)
+    r = code_run(code, "--pids", "64", "--timeout", "40s")
+    forks = host_forks.done()
+    after = len([p for p in os.listdir("/proc") if p.isdigit()])
+    check(r.rc == 0 and r.doc["status"] == "ok", "run did not end normally: %r" % (r,))
+    f = inside(r)
+    check(f["error"] == "BlockingIOError" and f["errno"] == f["eagain"],
+          "fork failed with %s/%s, want BlockingIOError/EAGAIN" % (f["error"], f["errno"]))
+    check(f["pids_max"] == "64", "pids.max is %r" % f["pids_max"])
+    check(0 < f["forked"] < 64, "forked %d processes under a 64 limit" % f["forked"])
+    check(forks and all(x == 0 for x in forks), "the host could not fork during the bomb: %r" % forks[:20])
+    check_result(r)
+    check_no_process(MARK)
+    note("forked %d, then EAGAIN; host forked %d times meanwhile; host processes %d -> %d"
+         % (f["forked"], len(forks), before, after))
+    return "fork bomb stopped at --pids with EAGAIN inside; host kept forking"
+
+
+def case_memory_bomb():
+    code = "blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))\n"
+    r = code_run(code, "--memory", "128m", "--timeout", "40s")
+    check(r.rc == 3 and r.doc["status"] == "oom", "want exit 3/oom: %r" % (r,))
+    check_result(r)
+    # Memory held in the sandbox's tmpfs counts against the same limit.
+    code = ("import os\nfd = os.open('/tmp/fill', os.O_CREAT | os.O_WRONLY)\n"
+            "while True:\n    os.write(fd, b'x' * (1 << 20))\n")
+    r2 = code_run(code, "--memory", "128m", "--timeout", "40s")
+    check(r2.rc in (1, 3, 5) and r2.doc["status"] in ("oom", "error", "failed"),
+          "tmpfs memory bomb: %r" % (r2,))
+    if r2.doc["status"] == "error":
+        check(r2.doc["error"]["value"].startswith("[Errno 28]"), "tmpfs bomb error %r" % r2.doc["error"])
+    check_result(r2)
+    note("heap bomb: %s in %d ms; tmpfs bomb: %s (%s)" % (
+        r.doc["status"], r.doc["duration_ms"], r2.doc["status"], r2.doc["message"] or r2.doc["error"]["value"]))
+    return "memory bomb ends as status oom (exit 3); tmpfs writes are charged to the same limit"
+
+
+def case_busy_loop():
+    code = ("import subprocess\nsubprocess.Popen(['sh', '-c', 'while :; do :; done; : %s'])\n"
+            "while True:\n    pass\n" % MARK)
+    r = code_run(code, "--timeout", "10s", "--cell-timeout", "10s")
+    check(r.rc == 3 and r.doc["status"] == "timeout", "want exit 3/timeout: %r" % (r,))
+    check("deadline" in r.doc["message"], r.doc["message"])
+    check(10000 <= r.doc["duration_ms"] <= 25000, "ended after %d ms for a 10 s deadline" % r.doc["duration_ms"])
+    check(r.elapsed < 30, "nbrun took %.1f s" % r.elapsed)
+    check_gone(run_id=r.doc["run_id"], pid=r.pid, within=0.5)
+    check_result(r)
+    check_no_process(MARK)
+    return "while True: pass ends as status timeout at the deadline; container and processes gone at exit"
+
+
+def case_sigterm_ignored():
+    code = r'''
+import signal, subprocess, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+subprocess.Popen(["sh", "-c", "trap '' TERM INT HUP; while :; do sleep 1; done; : %s"])
+print("ignoring", flush=True)
+while True:
+    try:
+        time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+''' % MARK
+    r = code_run(code, "--timeout", "12s")
+    check(r.rc == 3 and r.doc["status"] == "timeout", "want exit 3/timeout: %r" % (r,))
+    check(r.doc["duration_ms"] <= 12000 + 15000, "ended after %d ms for a 12 s deadline" % r.doc["duration_ms"])
+    check_gone(run_id=r.doc["run_id"], pid=r.pid, within=0.5)
+    check_result(r)
+    check_no_process(MARK)
+    return "code ignoring SIGTERM/SIGINT/SIGHUP is still killed at the deadline"
+
+
+def case_output_flood():
+    # 1000 x 1 MB lines: ~1 GB through the kernel's stdout.
+    code = "s = 'x' * 1000000\nfor i in range(1000):\n    print(s)\n"
+    r = code_run(code, "--timeout", "40s", timeout=150)
+    check(r.rc in (3, 5) and r.doc["status"] in ("oom", "timeout", "failed"),
+          "a 1 GB flood should end flagged (oom/timeout/failed): %r" % (r,))
+    check(len(r.doc["stdout"]) <= 2 * 20000 + 1000, "stdout kept %d bytes" % len(r.doc["stdout"]))
+    check(du(r.out) < 300 << 20, "output directory holds %d bytes" % du(r.out))
+    check_result(r)
+    note("1 GB flood: %s (%s), nbrun max RSS %d MiB" % (r.doc["status"], r.doc["message"], r.rss_kb // 1024))
+    return "1 GB of prints ends flagged (%s), nbrun stays under %d MiB" % (r.doc["status"], MAX_RSS_KB // 1024)
+
+
+def case_display_flood():
+    # 6 x 50 MiB display outputs: past the 256 MiB cap on the executed notebook.
+    code = ("from IPython.display import display\ns = 'x' * (50 << 20)\n"
+            "for i in range(6):\n    display({'text/plain': s}, raw=True)\n")
+    r = code_run(code, "--timeout", "20s", "--memory", "3g", timeout=150)
+    check(r.rc in (3, 5) and r.doc["status"] in ("oom", "timeout", "failed"),
+          "300 MiB of outputs should end flagged: %r" % (r,))
+    check(len(r.doc["stdout"]) <= 2 * 20000 + 1000, "stdout kept %d bytes" % len(r.doc["stdout"]))
+    check(du(r.out) <= (256 << 20) + (1 << 20), "output directory holds %d bytes" % du(r.out))
+    check_result(r)
+    note("display flood: %s (%s), nbrun max RSS %d MiB" % (r.doc["status"], r.doc["message"], r.rss_kb // 1024))
+    return "300 MiB of display outputs ends flagged (%s), bounded on disk and in memory" % r.doc["status"]
+
+
+def case_huge_image():
+    code = ("import base64, os\nfrom IPython.display import display\n"
+            "raw = b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(200 << 20)\n"
+            "display({'image/png': base64.b64encode(raw).decode()}, raw=True)\nprint('after')\n")
+    r = code_run(code, "--timeout", "15s", "--memory", "3g", timeout=150)
+    check(r.doc is not None, "no result: %r" % (r,))
+    flagged = r.doc["status"] in ("oom", "timeout", "failed") or r.doc["truncated"]
+    check(flagged, "a 200 MB image came back unflagged: %r" % (r,))
+    imgs = os.path.join(r.out, "images")
+    for p, st in walk_lstat(imgs) if os.path.isdir(imgs) else []:
+        check(st.st_size <= 50 << 20, "image %s is %d bytes (cap 50 MiB)" % (p, st.st_size))
+    check_result(r)
+    # Just over the 50 MiB image cap, small enough to come back: skipped and flagged.
+    code = ("import base64, os\nfrom IPython.display import display\n"
+            "raw = b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(52 << 20)\n"
+            "display({'image/png': base64.b64encode(raw).decode()}, raw=True)\nprint('after')\n")
+    r2 = code_run(code, "--timeout", "40s", "--memory", "2g", timeout=150)
+    check(r2.doc is not None and r2.doc["status"] in ("ok", "timeout", "oom", "failed"), "%r" % (r2,))
+    if r2.doc["status"] == "ok":
+        check(r2.doc["images"] == [] and r2.doc["truncated"], "a 52 MiB image was exported: %r" % r2.doc["images"])
+        check(any("image" in s["reason"] or "cap" in s["reason"] or "large" in s["reason"]
+                  for s in r2.doc["skipped"]) or r2.doc["truncated"], "not listed: %r" % r2.doc["skipped"])
+    check_result(r2)
+    note("200 MB image: %s (%s); 52 MiB image: %s, truncated %s, skipped %r" % (
+        r.doc["status"], r.doc["message"], r2.doc["status"], r2.doc["truncated"], r2.doc["skipped"][:2]))
+    return "a 200 MB image ends flagged (%s); one over the 50 MiB cap is skipped and flagged" % r.doc["status"]
+
+
+def case_disk_fill():
+    code = r'''
+import json, os
+def fill(path):
+    n, err = 0, None
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        while True:
+            n += os.write(fd, b"x" * (1 << 20))
+    except OSError as e:
+        err = e.errno
+    os.close(fd)
+    return n, err
+data_n, data_err = fill("/mnt/data/fill")
+os.unlink("/tmp/x") if os.path.exists("/tmp/x") else None
+tmp_n, tmp_err = fill("/tmp/fill")
+os.unlink("/tmp/fill")
+ro = {}
+for p in ("/fill", "/home/sandbox/fill", "/var/tmp/fill", "/opt/nbrun/fill", "/etc/fill", "/usr/fill"):
+    try:
+        open(p, "w").write("x")
+        ro[p] = 0
+    except OSError as e:
+        ro[p] = e.errno
+# A sparse file far larger than the export cap.
+fd = os.open("/mnt/data/sparse", os.O_CREAT | os.O_WRONLY, 0o644)
+os.truncate(fd, 8 << 30)
+os.close(fd)
+# The container log is on the host's disk: flood the kernel's raw stderr (fd 2).
+# (The engine copies logs slowly: a bigger flood only delays this run to its deadline.)
+for i in range(8):
+    os.write(2, b"y" * (1 << 20) + b"\n")
+mounts = {l.split()[4]: l.split(" - ")[1].split()[0] for l in open("/proc/self/mountinfo")}
+print(json.dumps({"data": [data_n, data_err], "tmp": [tmp_n, tmp_err], "ro": ro, "enospc": 28,
+                  "erofs": 30, "data_fs": mounts.get("/mnt/data"), "tmp_fs": mounts.get("/tmp")}))
+'''
+    logs = {}
+
+    def log_size():
+        cs, _ = labelled("nbrun.pid=%d" % p.pid)
+        for name, _ in cs:
+            st, info = engine("/containers/%s/json" % name.lstrip("/"))
+            if st == 200 and info.get("LogPath") and os.path.exists(info["LogPath"]):
+                logs[info["LogPath"]] = max(logs.get(info["LogPath"], 0), os.path.getsize(info["LogPath"]))
+        return 0
+
+    p, out, so, se = start(["--disk", "32m", "--timeout", "40s", "-c", code])
+    w = Watch(log_size, 0.1)
+    r = finish_proc(p, out, so, se, 150)
+    w.done()
+    check(r.doc is not None and r.doc["status"] == "ok", "%r" % (r,))
+    f = inside(r)
+    check(f["data"][1] == f["enospc"] and f["data"][0] <= 32 << 20,
+          "/mnt/data took %d bytes, then errno %r (want ENOSPC at <= 32 MiB)" % tuple(f["data"]))
+    check(f["tmp"][1] == f["enospc"] and f["tmp"][0] <= 256 << 20,
+          "/tmp took %d bytes, then errno %r (want ENOSPC at <= 256 MiB)" % tuple(f["tmp"]))
+    check(f["data_fs"] == "tmpfs" and f["tmp_fs"] == "tmpfs", "filesystems: %r" % f)
+    check(all(e == f["erofs"] for e in f["ro"].values()), "writable outside the volumes: %r" % f["ro"])
+    check(logs, "never saw the container's log file")
+    check(max(logs.values()) <= 2 << 20, "container log grew to %d bytes on the host" % max(logs.values()))
+    files = {x["path"]: x["bytes"] for x in r.doc["files"]}
+    check(files.get("files/fill", 0) <= 32 << 20, "exported %r" % files)
+    check(sum(files.values()) <= 256 << 20, "exported %d bytes" % sum(files.values()))
+    check(du(r.out) <= (256 << 20) + (2 << 20), "output directory holds %d bytes" % du(r.out))
+    check(r.doc["truncated"] and any(s["path"] in ("sparse", "/mnt/data") for s in r.doc["skipped"]),
+          "the 8 GiB sparse file was not flagged: %r %r" % (r.doc["truncated"], r.doc["skipped"][:5]))
+    check_result(r)
+    note("/mnt/data ENOSPC after %d MiB, /tmp after %d MiB, log peak %d KiB, exported %r" % (
+        f["data"][0] >> 20, f["tmp"][0] >> 20, max(logs.values()) >> 10, files))
+    return "disk fill hits ENOSPC at --disk (tmpfs, in memory); root fs read-only; log and export bounded"
+
+
+def case_many_files():
+    code = ("import os\nfor i in range(100000):\n"
+            "    with open('/mnt/data/f%06d' % i, 'w') as f: f.write('x')\n"
+            "print(len(os.listdir('/mnt/data')))\n")
+    r = code_run(code, "--timeout", "60s")
+    check(r.rc == 0 and r.doc["stdout"] == "100000\n", "%r" % (r,))
+    check(len(r.doc["files"]) == 1000, "%d files exported, cap 1000" % len(r.doc["files"]))
+    on_disk = [p for p, st in walk_lstat(r.out) if stat.S_ISREG(st.st_mode) and "/files/" in p]
+    check(len(on_disk) == 1000, "%d files on disk" % len(on_disk))
+    check(r.doc["truncated"], "not flagged truncated")
+    check(0 < len(r.doc["skipped"]) <= 1001, "skipped lists %d entries" % len(r.doc["skipped"]))
+    check_result(r)
+    return "100,000 files: 1000 exported, truncated flagged, skipped list bounded (%d)" % len(r.doc["skipped"])
+
+
+def case_network():
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind(("0.0.0.0", 0))
+    lst.listen(16)
+    port = lst.getsockname()[1]
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind("\0" + MARK)
+    abstract.listen(4)
+    accepted = []
+    for s in (lst, abstract):
+        threading.Thread(target=lambda s=s: accepted.append(s.accept()), daemon=True).start()
+    host_ips = sorted(set(subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split())
+                      | {"172.17.0.1", "127.0.0.1"})
+    code = r'''
+import json, os, socket
+res = {}
+for name in ("example.com", "deb.debian.org", "host.docker.internal", "localhost.localdomain"):
+    try:
+        res["dns " + name] = socket.gethostbyname(name)
+    except OSError as e:
+        res["dns " + name] = "fail"
+for ip in %r:
+    for port in (%d, 2375, 2376, 22, 80):
+        s = socket.socket(); s.settimeout(2)
+        try:
+            s.connect((ip, port)); res["tcp %%s:%%d" %% (ip, port)] = "CONNECTED"
+        except OSError as e:
+            res["tcp %%s:%%d" %% (ip, port)] = "fail"
+        s.close()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+try:
+    u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", ("172.17.0.1", 53))
+    u.recvfrom(512); res["udp dns"] = "ANSWERED"
+except OSError:
+    res["udp dns"] = "fail"
+for path in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock", "\0%s",
+             "\0/containerd-shim/moby.sock"):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path); res["unix " + path.replace("\0", "@")] = "CONNECTED"
+    except OSError:
+        res["unix " + path.replace("\0", "@")] = "fail"
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); res["raw"] = "OPENED"
+except OSError:
+    res["raw"] = "fail"
+res["interfaces"] = sorted(os.listdir("/sys/class/net"))
+print(json.dumps(res))
+''' % (host_ips, port, MARK)
+    r = code_run(code, "--timeout", "60s")
+    lst.close()
+    abstract.close()
+    check(r.rc == 0, "%r" % (r,))
+    f = inside(r)
+    check(f.pop("interfaces") == ["lo"], "interfaces besides lo")
+    bad = {k: v for k, v in f.items() if v != "fail"}
+    check(not bad, "reached from the sandbox: %r" % bad)
+    check(not accepted, "the host listener accepted %d connection(s)" % len(accepted))
+    check_result(r)
+    return "no DNS, no TCP/UDP to the host (%d addresses), no engine or abstract sockets, only lo" % len(host_ips)
+
+
+def case_host_secrets():
+    canary = "canary-" + uuid.uuid4().hex
+    cfile = "/tmp/%s-file" % MARK
+    with open(cfile, "w") as f:
+        f.write(canary)
+    KEEP.append(cfile)
+    code = r'''
+import json, os
+canary = %r
+res = {"env_hits": [], "proc_env_hits": [], "proc_root_hits": []}
+res["env_hits"] = [k for k, v in os.environ.items() if canary in v or "HOSTILE_CANARY" in k]
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        if canary.encode() in open("/proc/%%s/environ" %% pid, "rb").read():
+            res["proc_env_hits"].append(pid)
+    except OSError:
+        pass
+    for path in ("/proc/%%s/root%%s" %% (pid, %r), "/proc/%%s/cwd/../../..%%s" %% (pid, %r)):
+        try:
+            if canary in open(path).read():
+                res["proc_root_hits"].append(path)
+        except OSError:
+            pass
+try:
+    open(%r).read(); res["direct"] = "READ"
+except OSError:
+    res["direct"] = "fail"
+res["sockets"] = [p for p in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
+                              "/var/lib/docker", "/run/containerd", "/etc/docker", "/host", "/rootfs") if os.path.lexists(p)]
+res["mounts"] = [l.split()[3:5] + [l.split()[5].split(",")[0], l.split(" - ")[1].split()[0]]
+                 for l in open("/proc/self/mountinfo")]
+res["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+res["uids"] = sorted({os.stat("/proc/%%d" %% p).st_uid for p in res["pids"] if os.path.exists("/proc/%%d" %% p)})
+res["given"] = os.environ.get("GIVEN")
+print(json.dumps(res))
+''' % (canary, cfile, cfile, cfile)
+    env = dict(os.environ, HOSTILE_CANARY=canary, AWS_SECRET_ACCESS_KEY=canary)
+    r = code_run(code, "-e", "GIVEN=yes", env=env)
+    check(r.rc == 0, "%r" % (r,))
+    f = inside(r)
+    check(f["given"] == "yes", "-e did not reach the code")
+    check(not f["env_hits"] and not f["proc_env_hits"], "host environment visible: %r" % f)
+    check(not f["proc_root_hits"] and f["direct"] == "fail", "host file readable: %r" % f)
+    check(not f["sockets"], "engine/host paths present: %r" % f["sockets"])
+    check(len(f["pids"]) < 30 and f["uids"] == [1000], "processes visible: %r uids %r" % (f["pids"], f["uids"]))
+    allowed_rw = {"/app", "/mnt/data", "/tmp", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/proc",
+                  "/sys/fs/cgroup", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+                  "/proc/timer_stats", "/proc/kcore"}
+    cid_re = re.compile(r"^/var/lib/docker/containers/[0-9a-f]{64}/(hostname|hosts|resolv\.conf)$")
+    for root, point, opts, fstype in f["mounts"]:
+        host_path = fstype not in ("proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "overlay")
+        if host_path:
+            check(cid_re.match(root) or root in ("/usr/bin/tini-static", "/usr/bin/docker-init")
+                  or root.endswith("/docker-init"),
+                  "host path %s mounted at %s" % (root, point))
+        if opts != "ro":
+            check(point in allowed_rw, "%s (%s from %s) is mounted read-write" % (point, fstype, root))
+    check(any(m[1] == "/" and m[2] == "ro" for m in f["mounts"]), "root filesystem is not read-only")
+    check_result(r)
+    return "host env, engine socket, host files via /proc/*/root, host mounts: none visible"
+
+
+def case_privileges():
+    code = r'''
+import ctypes, errno, json, os, stat
+libc = ctypes.CDLL(None, use_errno=True)
+res = {}
+for l in open("/proc/self/status"):
+    k, _, v = l.partition(":")
+    if k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp"):
+        res[k] = v.strip()
+res["ids"] = [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())]
+def call(name, *args):
+    r = getattr(libc, name)(*args)
+    return 0 if r == 0 else ctypes.get_errno()
+res["mount"] = call("mount", b"none", b"/mnt/data", b"tmpfs", ctypes.c_ulong(0), None)
+res["bind"] = call("mount", b"/", b"/mnt/data", None, ctypes.c_ulong(4096), None)
+res["unshare_user"] = call("unshare", 0x10000000)
+res["unshare_mnt"] = call("unshare", 0x00020000)
+res["unshare_net"] = call("unshare", 0x40000000)
+res["setns"] = call("setns", os.open("/proc/1/ns/mnt", os.O_RDONLY), 0) if os.path.exists("/proc/1/ns/mnt") else -1
+res["setuid0"] = call("setuid", 0)
+res["chroot"] = call("chroot", b"/tmp")
+res["mknod"] = call("mknod", b"/tmp/sda", ctypes.c_uint(stat.S_IFBLK | 0o600), ctypes.c_ulong(os.makedev(8, 0)))
+res["keyctl"] = call("syscall", 250, 0, 0)  # keyctl(KEYCTL_GET_KEYRING_ID, ...)
+res["bpf"] = call("syscall", 321, 0, 0, 0)
+res["init_module"] = call("syscall", 175, 0, 0, 0)
+res["sethostname"] = call("sethostname", b"x", 1)
+try:
+    open("/proc/sys/kernel/hostname", "w").write("x"); res["procsys"] = 0
+except OSError as e:
+    res["procsys"] = e.errno
+try:
+    open("/sys/kernel/uevent_helper", "w").write("x"); res["sysfs"] = 0
+except OSError as e:
+    res["sysfs"] = e.errno
+res["blockdevs"] = [n for n in os.listdir("/dev") if stat.S_ISBLK(os.lstat("/dev/" + n).st_mode)]
+print(json.dumps(res))
+'''
+    r = code_run(code)
+    check(r.rc == 0, "%r" % (r,))
+    f = inside(r)
+    for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        check(f[k] == "0000000000000000", "%s is %s" % (k, f[k]))
+    check(f["NoNewPrivs"] == "1" and f["Seccomp"] == "2", "no_new_privs %s, seccomp %s" % (f["NoNewPrivs"], f["Seccomp"]))
+    check(f["ids"][:4] == [1000] * 4 and 0 not in f["ids"][4], "ids %r" % f["ids"])
+    denied = {k: f[k] for k in ("mount", "bind", "unshare_user", "unshare_mnt", "unshare_net", "setns",
+                                "setuid0", "chroot", "mknod", "keyctl", "bpf", "init_module", "sethostname",
+                                "procsys", "sysfs")}
+    want = {k: {errno.EPERM} for k in denied}
+    want.update(procsys={errno.EROFS, errno.EACCES}, sysfs={errno.EROFS, errno.EACCES, errno.ENOENT},
+                chroot={errno.EPERM})
+    wrong = {k: v for k, v in denied.items() if v not in want[k]}
+    check(not wrong, "not denied as expected (errno; 0 = allowed): %r" % wrong)
+    note("denied: " + ", ".join("%s=%s" % (k, errno.errorcode.get(v, v)) for k, v in denied.items()))
+    check(not f["blockdevs"], "block devices: %r" % f["blockdevs"])
+    check_result(r)
+    return "uid 1000, every capability 0, no_new_privs, seccomp; mount/unshare/setns/setuid/mknod/bpf denied"
+
+
+def case_ptrace():
+    code = r'''
+import ctypes, json, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+res = {}
+r = libc.ptrace(16, 1, None, None)          # PTRACE_ATTACH to pid 1
+res["attach_pid1"] = 0 if r == 0 else ctypes.get_errno()
+if r == 0:
+    libc.ptrace(17, 1, None, None)          # PTRACE_DETACH
+ppid = os.getppid()
+r = libc.ptrace(16, ppid, None, None)       # the kernel's parent (nbconvert)
+res["attach_parent"] = 0 if r == 0 else ctypes.get_errno()
+if r == 0:
+    time.sleep(0.1); libc.ptrace(17, ppid, None, None)
+pid = os.fork()
+if pid == 0:
+    r = libc.ptrace(0, 0, None, None)       # PTRACE_TRACEME
+    os._exit(0 if r == 0 else ctypes.get_errno())
+res["traceme"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(res))
+'''
+    r = code_run(code)
+    check(r.rc == 0, "%r" % (r,))
+    f = inside(r)
+    check_result(r)
+    check(all(v != 0 for v in f.values()),
+          "ptrace is allowed inside the sandbox (0 = allowed): %r; the engine's default seccomp profile "
+          "permits ptrace on kernels >= 4.8 and there is no Yama LSM here" % f)
+    return "ptrace (attach to pid 1, to nbconvert, TRACEME) denied"
+
+
+def case_persistence():
+    first = r'''
+import os
+for p in ("/tmp/persist", "/dev/shm/persist", os.path.expanduser("~/persist"), "/mnt/data/persist",
+          "/app/persist", "/tmp/.ipython/persist", "/tmp/.matplotlib/persist"):
+    try:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        open(p, "w").write("%s")
+        print("wrote", p)
+    except OSError as e:
+        print("cannot", p, e.errno)
+''' % MARK
+    r1 = code_run(first)
+    check(r1.rc == 0 and "wrote /mnt/data/persist" in r1.doc["stdout"] and "wrote /tmp/persist" in r1.doc["stdout"],
+          "%r %r" % (r1, r1.doc and r1.doc["stdout"]))
+    check_result(r1)
+    second = r'''
+import json, os, subprocess
+hits = subprocess.run(["grep", "-rlsx", "%s", "/tmp", "/dev/shm", "/mnt/data", "/app",
+                       os.path.expanduser("~"), "/var/tmp", "/home"], capture_output=True, text=True).stdout.split()
+print(json.dumps({"hits": hits, "data": sorted(os.listdir("/mnt/data")), "app": sorted(os.listdir("/app"))}))
+''' % MARK
+    r2 = code_run(second)
+    check(r2.rc == 0, "%r" % (r2,))
+    f = inside(r2)
+    check(not f["hits"], "files from the previous run are visible: %r" % f["hits"])
+    check(f["data"] == [], "/mnt/data not empty: %r" % f["data"])
+    check_result(r2)
+    return "files in /tmp, /dev/shm, $HOME, /mnt/data, /app are gone in the next run"
+
+
+def case_background_process():
+    code = r'''
+import os, subprocess, time
+subprocess.Popen(["sh", "-c", "sleep 1000; : %(m)s-popen"], start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+os.system("nohup sh -c 'sleep 1000; : %(m)s-nohup' >/dev/null 2>&1 &")
+if os.fork() == 0:                      # the classic daemon: fork, setsid, fork
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sh", ["sh", "-c", "trap '' HUP TERM INT; sleep 1000; : %(m)s-daemon"])
+    os._exit(0)
+time.sleep(2)
+n = 0
+for p in os.listdir("/proc"):
+    try:
+        n += p.isdigit() and int(p) != os.getpid() and b"%(m)s" in open("/proc/%%s/cmdline" %% p, "rb").read()
+    except OSError:
+        pass
+print(n)
+''' % {"m": MARK}
+    seen = Watch(lambda: len(pgrep(MARK)), 0.2)
+    r = code_run(code, "--timeout", "30s")
+    values = [v for v in seen.done() if isinstance(v, int)]
+    check(r.rc == 0, "%r" % (r,))
+    check(values and max(values) >= 3, "the host never saw the background processes (%r): the check is blind" % values[-5:])
+    check_result(r)
+    check_no_process(MARK, within=2.0)
+    return "Popen(start_new_session), nohup &, double-fork daemon: none survives the run"
+
+
+def case_kernel_killed():
+    code = "print('cell one')\n# %%\nimport os\nos.kill(os.getpid(), 9)\n# %%\nprint('cell three')\n"
+    r = code_run(code)
+    check(r.rc == 5 and r.doc["status"] == "failed", "want exit 5/failed: %r" % (r,))
+    check("stopped early" in r.doc["message"], "message: %r" % r.doc["message"])
+    check("cell one" in r.doc["stdout"] and "cell three" not in r.doc["stdout"], "stdout %r" % r.doc["stdout"])
+    check_result(r)
+    return "kernel killed in cell 2: status failed ('%s...'), cell 1 output kept" % r.doc["message"][:40]
+
+
+def case_export_entries():
+    code = r'''
+import json, os, socket, stat
+D = "/mnt/data"
+res = {}
+os.symlink("/etc/passwd", D + "/link_passwd")
+os.symlink("../../..", D + "/link_up")
+os.symlink("/", D + "/link_root")
+os.mkdir(D + "/sub"); os.symlink("../../../../etc/shadow", D + "/sub/link_deep")
+with open(D + "/real.txt", "w") as f: f.write("real")
+os.link(D + "/real.txt", D + "/hard.txt")
+os.mkfifo(D + "/fifo")
+with open(D + "/setuid", "w") as f: f.write("#!/bin/sh\n")
+os.chmod(D + "/setuid", 0o6777)
+with open(D + "/worldw", "w") as f: f.write("w")
+os.chmod(D + "/worldw", 0o666)
+with open(D + "/noperm", "w") as f: f.write("n")
+os.chmod(D + "/noperm", 0)
+os.mkdir(D + "/opendir"); os.chmod(D + "/opendir", 0o1777)
+with open(D + "/opendir/in.txt", "w") as f: f.write("i")
+p = D
+for i in range(200):
+    p += "/d"
+os.makedirs(p)
+with open(p + "/bottom.txt", "w") as f: f.write("deep")
+with open(D + "/" + "n" * 250, "w") as f: f.write("250")
+with open(D + "/" + "m" * 255, "w") as f: f.write("255")
+try:
+    open(D + "/" + "o" * 256, "w"); res["256"] = 0
+except OSError as e:
+    res["256"] = e.errno
+lp = D + "/" + "/".join(["L" * 250] * 5)
+os.makedirs(lp)
+with open(lp + "/longpath.txt", "w") as f: f.write("long")
+fd = os.open(b"/mnt/data/\xff\xfe", os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b"x"); os.close(fd)
+with open(D + "/ctrl\x1b[31m\nname", "w") as f: f.write("c")
+try:
+    os.mknod(D + "/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3)); res["mknod"] = 0
+except OSError as e:
+    res["mknod"] = e.errno
+s = socket.socket(socket.AF_UNIX); s.bind(D + "/usock")
+print(json.dumps(res))
+'''
+    parent = tmpdir()
+    out = os.path.join(parent, "o")
+    r = nbrun(["--timeout", "40s", "-c", code], out=out)
+    check(r.doc is not None and r.doc["status"] == "ok", "%r" % (r,))
+    f = inside(r)
+    check(f["256"] == errno.ENAMETOOLONG and f["mknod"] == errno.EPERM, "inside: %r" % f)
+    check(os.listdir(parent) == ["o"], "something was created beside the output dir: %r" % os.listdir(parent))
+    check_out_dir_safe(out)
+    entries = {os.path.relpath(p, out): st for p, st in walk_lstat(out)}
+    exported = {os.path.relpath(p, os.path.join(out, "files")) for p, st in walk_lstat(os.path.join(out, "files"))
+                if stat.S_ISREG(st.st_mode)} if os.path.isdir(os.path.join(out, "files")) else set()
+    for name in ("link_passwd", "link_up", "link_root", "sub/link_deep", "fifo", "usock", "null"):
+        check("files/" + name not in entries, "%s was exported" % name)
+    for name in ("setuid", "worldw", "noperm", "opendir/in.txt", "n" * 250, "m" * 255):
+        check(name in exported, "%s was not exported (exported: %r)" % (name, sorted(exported)[:20]))
+    check(len(exported & {"real.txt", "hard.txt"}) == 1, "hard link pair exported as %r" % (exported & {"real.txt", "hard.txt"}))
+    check(not any("bottom.txt" in e or "longpath" in e for e in exported), "deep/long path exported")
+    check(not any(not e.isprintable() for e in entries), "a name with control characters was written")
+    with open(os.path.join(out, "files", "setuid"), "rb") as fh:
+        check(fh.read() == b"#!/bin/sh\n", "setuid content")
+    skipped = {s["path"]: s["reason"] for s in r.doc["skipped"]}
+    for name, want in (("link_passwd", "link"), ("link_up", "link"), ("link_root", "link"), ("sub/link_deep", "link"),
+                       ("fifo", "regular"), ("(name not valid UTF-8)", "UTF-8")):
+        check(want in skipped.get(name, ""), "%s not listed as skipped (%r); skipped: %r" %
+              (name, skipped.get(name), sorted(skipped)[:12]))
+    check(any("deep" in v for v in skipped.values()), "200-deep directory not listed")
+    check(any("too long" in v for v in skipped.values()), "1250-byte path not listed")
+    check(any("control" in v for v in skipped.values()), "control-character name not listed")
+    check(any(v == "hard link" for v in skipped.values()), "hard link not listed")
+    for p, st in walk_lstat(out):
+        if stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as fh:
+                check(b"root:x:0:0" not in fh.read(65536), "%s holds /etc/passwd" % p)
+    check_result(r)
+    return "symlinks, hard link, FIFO, socket, device, setuid, deep/long/non-UTF-8/control names: " \
+           "never followed or special, modes 0644/0755, all listed in skipped"
+
+
+def case_mount_point():
+    code = r'''
+import errno, json, os
+res = {}
+def attempt(name, fn, *a):
+    try:
+        fn(*a); res[name] = 0
+    except OSError as e:
+        res[name] = e.errno
+attempt("rmdir", os.rmdir, "/mnt/data")
+attempt("rename", os.rename, "/mnt/data", "/mnt/gone")
+attempt("symlink_over", os.symlink, "/", "/mnt/data")
+attempt("symlink_beside", os.symlink, "/", "/mnt/data2")
+attempt("rename_app", os.rename, "/app", "/app2")
+attempt("rmdir_app", os.rmdir, "/app")
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+res["umount"] = 0 if libc.umount2(b"/mnt/data", 2) == 0 else ctypes.get_errno()
+with open("/mnt/data/proof.txt", "w") as f:
+    f.write("from the volume")
+os.chmod("/mnt/data", 0)      # the volume root is the code's: lock it
+res["is_dir"] = os.path.isdir("/mnt/data") and not os.path.islink("/mnt/data")
+print(json.dumps(res))
+'''
+    r = code_run(code)
+    check(r.rc == 0 and r.doc["status"] == "ok", "%r" % (r,))
+    f = inside(r)
+    check(f.pop("is_dir"), "/mnt/data is no longer a directory")
+    check(all(v != 0 for v in f.values()), "allowed: %r" % {k: v for k, v in f.items() if v == 0})
+    check([x["path"] for x in r.doc["files"]] == ["files/proof.txt"], "exported %r" % r.doc["files"])
+    with open(os.path.join(r.out, "files", "proof.txt")) as fh:
+        check(fh.read() == "from the volume", "proof.txt content")
+    check_result(r)
+    return "/mnt/data and /app cannot be removed, renamed, replaced or unmounted; export comes from the volume"
+
+
+def tamper_run(variant):
+    """The code replaces what nbrun downloads, then kills its kernel (cell 2 of 2)."""
+    body = {
+        "garbage": "open('/app/partial.ipynb', 'wb').write(b'\\x00\\xff garbage {[')",
+        "deep": "open('/app/partial.ipynb', 'w').write('[' * 200000 + ']' * 200000)",
+        "types": ("import json\nopen('/app/partial.ipynb', 'w').write(json.dumps({'cells': 'x', "
+                  "'nbformat': 4, 'nbformat_minor': 5, 'metadata': {}}))"),
+        "bad_outputs": ("import json\nopen('/app/partial.ipynb', 'w').write(json.dumps({'nbformat': 4, "
+                        "'nbformat_minor': 5, 'metadata': {}, 'cells': [{'cell_type': 'code', 'source': 1, "
+                        "'metadata': [], 'outputs': [{'output_type': 'stream', 'name': 5, 'text': {}}, "
+                        "{'output_type': 'display_data', 'data': {'image/png': '!!!not base64'}}, "
+                        "{'output_type': 'error', 'ename': None, 'traceback': 'x'}, 7]}]}))"),
+        "symlink": "os.unlink('/app/partial.ipynb')\nos.symlink('/etc/passwd', '/app/partial.ipynb')",
+        "fifo": "os.unlink('/app/partial.ipynb')\nos.mkfifo('/app/partial.ipynb')",
+        "directory": "os.unlink('/app/partial.ipynb')\nos.makedirs('/app/partial.ipynb/x')",
+        "huge": ("with open('/app/partial.ipynb', 'wb') as f:\n    f.write(b'{\"cells\": [], \"x\": \"')\n"
+                 "    for i in range(300): f.write(b'a' * (1 << 20))"),
+        "amplify_strings": ("with open('/app/partial.ipynb', 'w') as f:\n"
+                            "    f.write('{\"nbformat\": 4, \"nbformat_minor\": 5, \"metadata\": {\"x\": [')\n"
+                            "    f.write(('\"' + 'a' * 58 + '\",') * 4_000_000)\n    f.write('0]}, \"cells\": []}')"),
+        "amplify": ("with open('/app/partial.ipynb', 'w') as f:\n"
+                    "    f.write('{\"nbformat\": 4, \"nbformat_minor\": 5, \"metadata\": {\"x\": [')\n"
+                    "    f.write('0,' * 12_000_000)\n    f.write('0]}, \"cells\": []}')"),
+    }[variant]
+    code = "print('cell one')\n# %%\nimport os\n" + body + "\nos.kill(os.getpid(), 9)\n"
+    return code_run(code, "--timeout", "40s", timeout=150)
+
+
+def check_tampered(variants):
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        runs = dict(zip(variants, ex.map(tamper_run, variants)))
+    for v, r in runs.items():
+        check(r.doc is not None, "%s: no result: %r" % (v, r))
+        check(r.rc == 5 and r.doc["status"] == "failed", "%s: want exit 5/failed: %r" % (v, r))
+        check(r.doc["message"] and "\n" not in r.doc["message"], "%s: message %r" % (v, r.doc["message"]))
+        nb = os.path.join(r.out, "notebook.ipynb")
+        if os.path.lexists(nb):
+            st = os.lstat(nb)
+            check(stat.S_ISREG(st.st_mode) and st.st_size <= 256 << 20, "%s: notebook.ipynb %r" % (v, st))
+            with open(nb, "rb") as fh:
+                check(b"root:x:0:0" not in fh.read(4096), "%s: /etc/passwd came back" % v)
+        check_result(r)
+        note("%-12s exit %d, %s: %s (max RSS %d MiB)" % (v, r.rc, r.doc["status"], r.doc["message"], r.rss_kb >> 10))
+    return runs
+
+
+def case_notebook_malformed():
+    check_tampered(["garbage", "deep", "types", "bad_outputs"])
+    return "garbage, 200k-deep, mistyped and bad-output notebooks: status failed with one clear line"
+
+
+def case_notebook_special():
+    check_tampered(["symlink", "fifo", "directory", "huge"])
+    return "notebook as symlink to /etc/passwd, FIFO, directory, 300 MB: not followed, failed cleanly, bounded"
+
+
+def case_notebook_amplification():
+    runs = check_tampered(["amplify", "amplify_strings"])
+    return "12M tiny values (24 MB) and 4M short strings (248 MB): nbrun peaks at %d and %d MiB (bound %d MiB%s)" % (
+        runs["amplify"].rss_kb >> 10, runs["amplify_strings"].rss_kb >> 10, MAX_RSS_KB >> 10,
+        ", ASan build" if SANITIZED else "")
+
+
+def case_marker_forgery():
+    # The code can write to pid 1's stdout, where nbrun-exec prints its done
+    # line: a forged "NBRUN-DONE 0 0" mid-run must not turn into status ok.
+    code = ("print('cell one', flush=True)\n# %%\nimport time\ntime.sleep(1)\n"
+            "open('/proc/1/fd/1', 'w').write('NBRUN-DONE 0 0\\n')\ntime.sleep(4)\nprint('cell two')\n"
+            "# %%\nprint('cell three')\n")
+    r = code_run(code, "--timeout", "40s")
+    check(r.doc is not None, "%r" % (r,))
+    check_result(r)
+    check(not (r.doc["status"] == "ok" and "cell three" not in r.doc["stdout"]),
+          "a forged done line ended the run early and it was reported ok (cells 2-3 never finished): %r" % (r,))
+    # A flood on the same stream (no newline) must not hide the real done line or grow nbrun.
+    code = ("f = open('/proc/1/fd/1', 'w')\nfor i in range(20):\n    f.write('N' * (1 << 20))\nf.flush()\n"
+            "print('done')\n")
+    r2 = code_run(code, "--timeout", "40s")
+    check(r2.rc == 0 and r2.doc["stdout"] == "done\n", "stdout flood on pid 1: %r" % (r2,))
+    check_result(r2)
+    return "a forged done line is not reported as ok; a 20 MB flood of the marker stream is harmless"
+
+
+def case_log_line():
+    # The message of a stopped run quotes nbconvert's last stderr line: the code can write it.
+    code = r'''
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", """
+import os, time
+me = str(os.getpid())
+def busy():
+    for p in os.listdir("/proc"):
+        if p.isdigit() and p != me:
+            try:
+                if b"jupyter-nbconvert" in open("/proc/%s/cmdline" % p, "rb").read(): return True
+            except OSError: pass
+    return False
+while busy(): time.sleep(0.002)
+with open("/proc/1/fd/2", "wb") as f: f.write(b"\\x1b]0;pwned\\x07\\x1b[2J\\xff\\xfe forged\\r\\n")
+"""], start_new_session=True)
+# %%
+import os; os.kill(os.getpid(), 9)
+'''
+    r = code_run(code)
+    check(r.rc == 5 and r.doc["status"] == "failed", "%r" % (r,))
+    msg = r.doc["message"]
+    check(msg and not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in msg),
+          "the result message carries control characters from the sandbox: %r" % msg)
+    check_result(r)
+    return "a hostile last log line reaches the message only as printable text"
+
+
+def case_engine_faults():
+    env0 = dict(os.environ)
+
+    def bad(host, what, want=None, user=None, timeout=30):
+        env = dict(env0, DOCKER_HOST=host)
+        parent = tmpdir()
+        out = os.path.join(parent, "o")
+        cmd = [NBRUN, "run", "-q", "-o", out, "-c", "print(1)"]
+        if user:
+            os.chmod(parent, 0o777)
+            cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd="/tmp")
+        took = time.monotonic() - t0
+        check(p.returncode == 4, "%s: exit %d (want 4), stderr %r" % (what, p.returncode, p.stderr))
+        check(p.stderr.startswith("nbrun: error: ") and p.stderr.count("\n") == 1,
+              "%s: not one line: %r" % (what, p.stderr))
+        if want:
+            check(re.search(want, p.stderr), "%s: message %r lacks a fix (%s)" % (what, p.stderr, want))
+        note("%-22s %.1fs  %s" % (what, took, p.stderr.strip()))
+        return took
+
+    fix = r"scripts/setup|dockerd|DOCKER_HOST|docker group|run as root"
+    bad("unix:///nonexistent/docker.sock", "missing socket", fix)
+    regular = os.path.join(tmpdir(), "not-a-socket")
+    open(regular, "w").close()
+    bad("unix://" + regular, "regular file", fix)
+    bad("unix://" + os.path.dirname(regular), "directory", fix)
+    bad("ssh://example.invalid", "unsupported scheme", r"unix://|tcp://")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed_port = s.getsockname()[1]
+    s.close()
+    bad("tcp://127.0.0.1:%d" % closed_port, "tcp, nothing listening", fix)
+    hang = FakeEngine("hang")
+    took = bad("unix://" + hang.path, "engine never answers", fix)
+    check(took < 20, "a silent engine kept nbrun %.1f s" % took)
+    hang.close()
+    for mode in ("garbage", "http500"):
+        fe = FakeEngine(mode)
+        bad("unix://" + fe.path, "engine answers " + mode)
+        check(not fe.writes(), "%s: nbrun sent %r" % (mode, fe.writes()))
+        fe.close()
+    # A socket with mode 000, as an unprivileged user.
+    locked = FakeEngine("ping", mode_bits=0)
+    nobody_ok = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", NBRUN, "--version"],
+                               capture_output=True, text=True).returncode == 0
+    if os.geteuid() == 0 and nobody_ok:
+        bad("unix://" + locked.path, "socket mode 000 (uid 65534)", r"permission|docker group|root", user=65534)
+        check(locked.connections == 0, "nbrun connected through a mode-000 socket as uid 65534")
+    else:
+        note("SKIPPED sub-case socket mode 000 as non-root: %s" %
+             ("not root, cannot drop privileges" if os.geteuid() else "uid 65534 cannot execute %s" % NBRUN))
+        check(os.stat(locked.path).st_mode & 0o777 == 0, "socket mode not 000")
+    locked.close()
+    # The image is missing (real engine).
+    r = nbrun(["--image", "jupyter-runtime:hostile-does-not-exist", "-c", "1"], timeout=60)
+    check(r.rc == 4 and "scripts/setup" in r.stderr, "missing image: %r" % (r,))
+    one_line_error(r, "missing image")
+    check_gone(pid=r.pid)
+    return "missing/regular/dir/closed/silent/garbage/500/locked engine and missing image: exit 4, one line with a fix"
+
+
+def case_dockerd_restart():
+    check(engine_up(), "engine not up at the start")
+    code = ("import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 300; : %s'])\n"
+            "print('started', flush=True)\ntime.sleep(120)\n" % MARK)
+    p, out, so, se = start(["--timeout", "60s", "-c", code])
+    victim = None
+    try:
+        wait_container(p.pid, timeout=60, settle=3)
+        pids = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
+        check(len(pids) == 1, "dockerd pids: %r" % pids)
+        victim = int(pids[0])
+        t_kill = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        r = finish_proc(p, out, so, se, 120)
+    finally:
+        # scripts/setup starts dockerd only when `pgrep -x dockerd` finds none, and a
+        # killed dockerd lingers until its parent reaps it: wait for it to be gone.
+        t_gone = time.monotonic()
+        while victim and os.path.exists("/proc/%d" % victim) and time.monotonic() - t_gone < 60:
+            time.sleep(0.2)
+        if victim:
+            note("killed dockerd (pid %d) was gone from /proc after %.1f s" % (victim, time.monotonic() - t_gone))
+        for attempt in range(3):
+            restart = subprocess.run([os.path.join(SRCDIR, "scripts", "setup"), "--no-image"],
+                                     capture_output=True, text=True, timeout=180)
+            if engine_up():
+                break
+            time.sleep(2)
+    check(restart.returncode == 0, "scripts/setup --no-image failed: %s %s" % (restart.stdout, restart.stderr))
+    for _ in range(60):
+        if engine_up():
+            break
+        time.sleep(1)
+    check(engine_up(), "engine did not come back")
+    note("nbrun: %r after %.1f s of a 60 s deadline" % (r, r.elapsed))
+    check(r.rc in (4, 5), "want exit 4 or 5 when the engine dies: %r" % (r,))
+    check(r.elapsed < 60, "nbrun took %.1f s, past its 60 s deadline" % r.elapsed)
+    if r.doc is None:
+        one_line_error(r, "engine killed")
+    g = subprocess.run([NBRUN, "gc"], capture_output=True, text=True, timeout=120)
+    check(g.returncode == 0, "nbrun gc: exit %d %r" % (g.returncode, g.stderr))
+    check_gone(pid=r.pid, within=5)
+    check_no_process(MARK, within=5)
+    r2 = code_run("print('alive')")
+    check(r2.rc == 0 and r2.doc["stdout"] == "alive\n", "engine unusable after restart: %r" % (r2,))
+    check_result(r2)
+    return "dockerd SIGKILLed mid-run: nbrun exits %d in %.0f s (deadline 60 s); after restart + gc nothing is left" % (r.rc, r.elapsed)
+
+
+def case_nbrun_sigkill():
+    code = ("import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 300; : %s'])\n"
+            "time.sleep(120)\n" % MARK)
+    victims = []
+    for i in range(2):
+        p, out, so, se = start(["--timeout", "100s", "-c", code])
+        wait_container(p.pid, settle=2)
+        os.kill(p.pid, signal.SIGKILL)
+        finish_proc(p, out, so, se, 30)
+        cs, vs = labelled("nbrun.pid=%d" % p.pid)
+        check(cs and vs, "SIGKILL left nothing to collect (containers %r, volumes %r): test is blind" % (cs, vs))
+        victims.append(p.pid)
+    # The next run removes orphans before it starts ...
+    r = code_run("print('next')")
+    check(r.rc == 0, "%r" % (r,))
+    check_gone(pid=victims[0], within=1)
+    check_gone(pid=victims[1], within=1)
+    check_result(r)
+    # ... and so does nbrun gc.
+    p, out, so, se = start(["--timeout", "100s", "-c", code])
+    wait_container(p.pid, settle=2)
+    os.kill(p.pid, signal.SIGKILL)
+    finish_proc(p, out, so, se, 30)
+    check(leftovers(pid=p.pid), "nothing to collect after SIGKILL")
+    g = subprocess.run([NBRUN, "gc"], capture_output=True, text=True, timeout=120)
+    check(g.returncode == 0, "nbrun gc: %r" % g.stderr)
+    check_gone(pid=p.pid, within=1)
+    check_no_process(MARK)
+    return "after SIGKILL of nbrun, the next run and nbrun gc remove the orphaned container and volumes"
+
+
+def case_nbrun_signals():
+    code = "import time\nprint('x', flush=True)\ntime.sleep(120)\n"
+    for sig, settle in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGINT, None), (signal.SIGHUP, 3.0)):
+        p, out, so, se = start(["--timeout", "100s", "-c", code])
+        if settle is None:
+            time.sleep(0.6)          # early: while the sandbox is being made
+        else:
+            wait_container(p.pid, settle=settle)
+        t = time.monotonic()
+        os.kill(p.pid, sig)
+        r = finish_proc(p, out, so, se, 60)
+        took = time.monotonic() - t
+        name = signal.Signals(sig).name + (" early" if settle is None else "")
+        check(r.rc == 130, "%s: exit %d (want 130): %r" % (name, r.rc, r))
+        check(took < 10, "%s: %.1f s from signal to exit" % (name, took))
+        check_gone(pid=r.pid, within=2.0)
+        note("%-12s exit 130 in %.1f s, nothing left 2 s later" % (name, took))
+    return "SIGINT/SIGTERM/SIGHUP (during execution and during setup): exit 130, nothing left within 2 s"
+
+
+def case_concurrent_50():
+    def one(i):
+        code = ("import os, json\nopen('/mnt/data/mine-%d.txt', 'w').write('run %d')\n"
+                "open('/tmp/mine-%d', 'w').write('x')\n"
+                "print(json.dumps({'data': sorted(os.listdir('/mnt/data')), 'tmp': sorted(x for x in os.listdir('/tmp') if x.startswith('mine'))}))\n"
+                % (i, i, i))
+        return i, code_run(code, "--timeout", "150s", timeout=300)
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(10) as ex:
+        results = list(ex.map(one, range(50)))
+    took = time.monotonic() - t0
+    ok = 0
+    for i, r in results:
+        check(r.doc is not None or r.rc in (4, 5), "run %d: %r" % (i, r))
+        if r.doc is None:
+            one_line_error(r, "run %d" % i)
+            continue
+        check_result(r)
+        if r.doc["status"] != "ok":
+            check(r.doc["message"], "run %d: %r" % (i, r))
+            continue
+        f = inside(r)
+        check(f["data"] == ["mine-%d.txt" % i] and f["tmp"] == ["mine-%d" % i], "run %d saw %r" % (i, f))
+        with open(os.path.join(r.out, "files", "mine-%d.txt" % i)) as fh:
+            check(fh.read() == "run %d" % i, "run %d exported another run's file" % i)
+        ok += 1
+    check(len({r.doc["run_id"] for _, r in results if r.doc}) == len([1 for _, r in results if r.doc]), "run ids collide")
+    check(ok >= 45, "only %d of 50 runs completed" % ok)
+    note("%d/50 ok in %.0f s (10 at a time)" % (ok, took))
+    return "50 runs, 10 at a time, in %.0f s: %d ok%s; no run saw another's files; nothing left" % (
+        took, ok, ", the rest failed cleanly" if ok < 50 else "")
+
+
+def case_nonsense_options():
+    fe = FakeEngine("ping")
+    env = dict(os.environ, DOCKER_HOST="unix://" + fe.path)
+    cases = [["--timeout", "0"], ["--timeout", "-5s"], ["--timeout", "0.0001"], ["--timeout", "1e400"],
+             ["--timeout", "25h"], ["--cell-timeout", "0"], ["--timeout", "5s", "--cell-timeout", "10s"],
+             ["--memory", "-1"], ["--memory", "5XB"], ["--memory", "10"], ["--memory", "nan"], ["--memory", "1e30"],
+             ["--pids", "0"], ["--pids", "-1"], ["--pids", "1.5"], ["--pids", "99999999999"],
+             ["--cpus", "0"], ["--cpus", "-1"], ["--cpus", "inf"], ["--cpus", "abc"],
+             ["--disk", "5XB"], ["--disk", "100"], ["--disk", "0"], ["--max-output", "0"],
+             ["--network", "host"], ["--network", "container:x"], ["-e", "NOEQUALS"], ["-e", "=x"],
+             ["-e", "BAD-NAME=1"], ["--image", "bad image;rm -rf /"], ["--image", ""], ["--bogus"]]
+    def one(args):
+        out = os.path.join(tmpdir(), "o")
+        for engine_env in (env, None):     # the fake engine records; the real one has events
+            t0 = time.time()
+            p = subprocess.Popen([NBRUN, "run", "-o", out] + args + ["-c", "print(1)"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=engine_env)
+            so, se = p.communicate(timeout=30)
+            check(p.returncode == 2, "%r: exit %d (want 2), stderr %r" % (args, p.returncode, se))
+            check(any(l.startswith("nbrun: error: ") for l in se.splitlines()), "%r: stderr %r" % (args, se))
+            check(not os.path.exists(out), "%r: created the output directory" % (args,))
+            if engine_env is None:
+                ev = created_since(t0, p.pid)
+                check(not ev, "%r: the engine saw %r" % (args, [(e.get("Type"), e.get("Action")) for e in ev]))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        list(ex.map(one, cases))
+    check(not fe.writes(), "nbrun sent %r to the engine" % fe.writes())
+    n_conn = fe.connections
+    fe.close()
+    note("%d nonsense option sets; fake engine saw %d connection(s), 0 writes" % (len(cases), n_conn))
+    return "%d nonsense option sets: exit 2, no output dir, nothing sent to or created on the engine" % len(cases)
+
+
+def case_tiny_limits():
+    limits = (("pids 1", ["--pids", "1"]), ("pids 4", ["--pids", "4"]), ("memory 64m", ["--memory", "64m"]),
+              ("disk 1m", ["--disk", "1m"]), ("timeout 1ms", ["--timeout", "1ms"]),
+              ("cpus 0.01", ["--cpus", "0.01", "--timeout", "8s"]))
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        runs = list(ex.map(lambda a: code_run("print('tiny')", *a[1], timeout=90), limits))
+    for (name, _), r in zip(limits, runs):
+        if r.doc is None:
+            check(r.rc in (4, 5), "%s: exit %d without a result: %r" % (name, r.rc, r))
+            one_line_error(r, name)
+            check_gone(pid=r.pid)
+        else:
+            check(r.rc in (0, 3, 5) and (r.doc["status"] == "ok" or r.doc["message"]), "%s: %r" % (name, r))
+            check_result(r)
+        note("%-12s exit %d, %s" % (name, r.rc, r.doc and (r.doc["status"], r.doc["message"]) or r.stderr.strip()))
+    return "limits too small to work (pids 1, 64m, 1ms, 0.01 cpu) end with a clear status; nothing left"
+
+
+def case_cpu_hog():
+    code = r'''
+import json, os, time, multiprocessing
+def usage():
+    for p, scale in (("/sys/fs/cgroup/cpuacct/cpuacct.usage", 1e-9), ("/sys/fs/cgroup/cpu.stat", 1e-6)):
+        if os.path.exists(p):
+            t = open(p).read()
+            return (int(t) if "usage_usec" not in t else int(t.split()[1])) * scale
+def burn(n):
+    t = time.time()
+    while time.time() - t < 4:
+        pass
+u0, t0 = usage(), time.time()
+ps = [multiprocessing.Process(target=burn, args=(i,)) for i in range(4)]
+[p.start() for p in ps]; [p.join() for p in ps]
+print(json.dumps({"cpu": usage() - u0, "wall": time.time() - t0}))
+'''
+    r = code_run(code, "--cpus", "0.5", "--timeout", "40s")
+    check(r.rc == 0, "%r" % (r,))
+    f = inside(r)
+    share = f["cpu"] / f["wall"]
+    check(share <= 0.5 * 1.3, "4 busy processes used %.2f CPUs under --cpus 0.5" % share)
+    check_result(r)
+    return "4 busy processes under --cpus 0.5 used %.2f CPU" % share
+
+
+CASES = {k[5:]: v for k, v in list(globals().items()) if k.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: hostile_cases.py CASE\ncases: " + " ".join(CASES))
+        sys.exit(2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    what = CASES[sys.argv[1]]()
+    for d in KEEP:
+        if os.path.isdir(d):
+            shutil.rmtree(d, ignore_errors=True)
+        elif os.path.exists(d):
+            os.unlink(d)
+    print("held %s: %s" % (sys.argv[1], what))
