@@ -38,6 +38,9 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage error: message, then "Try 'nbrun CMD --help'." Returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The usage error for getopt's '?' (unknown option, missing value). */
+int cli_bad_option(const char *cmd, char **argv);
+
 /* "512M", "1G", "1024" (bytes), "1.5GiB". Must be > 0. 0 or -1 on error. */
 int cli_parse_size(uint64_t *out, const char *s);
 /* "60", "60s", "500ms", "2m", "1.5h". Must be > 0. Result in ms. */

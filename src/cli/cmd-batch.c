@@ -480,6 +480,7 @@ int cmd_batch(int argc, char **argv)
 		goto out;
 	}
 	optind = 1;
+	opterr = 0; /* one diagnostic, in house format, below */
 	while ((c = getopt_long(argc, argv, "j:o:p:y:f:e:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
@@ -531,7 +532,7 @@ int cmd_batch(int argc, char **argv)
 		default:
 			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "batch");
 			if (rc == 1)
-				cli_usage_error("batch", "bad option");
+				cli_bad_option("batch", argv);
 			if (rc)
 				goto out;
 		}

@@ -18,6 +18,7 @@ int cmd_gc(int argc, char **argv)
 	int c, rc;
 
 	optind = 1;
+	opterr = 0; /* one diagnostic, in house format, below */
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a':
@@ -33,7 +34,7 @@ int cmd_gc(int argc, char **argv)
 			       "Exit codes: 0 done, 2 usage, 4 engine problem.\n");
 			return CLI_EXIT_OK;
 		default:
-			return cli_usage_error("gc", "bad option");
+			return cli_bad_option("gc", argv);
 		}
 	}
 	if (optind < argc)

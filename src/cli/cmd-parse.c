@@ -74,6 +74,7 @@ int cmd_parse(int argc, char **argv)
 	int c, rc, ret = CLI_EXIT_FAILED;
 
 	optind = 1;
+	opterr = 0; /* one diagnostic, in house format, below */
 	opterr = 0; /* messages in nbrun's own format below */
 	while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
 		switch (c) {

@@ -118,6 +118,7 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	optind = 1;
+	opterr = 0; /* one diagnostic, in house format, below */
 	while ((c = getopt_long(argc, argv, "c:f:e:o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': code = optarg; break;
@@ -131,7 +132,7 @@ int cmd_run(int argc, char **argv)
 		default:
 			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "run");
 			if (rc == 1)
-				rc = cli_usage_error("run", "bad option");
+				rc = cli_bad_option("run", argv);
 			if (rc) {
 				ret = CLI_EXIT_USAGE;
 				goto out;

@@ -2,6 +2,7 @@
 /* nbrun: command table and dispatch. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <getopt.h>
 #include <string.h>
 
 #include "cli.h"
@@ -55,6 +56,15 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "\nTry 'nbrun %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
 	return CLI_EXIT_USAGE;
+}
+
+int cli_bad_option(const char *cmd, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+
+	if (optopt && strchr(arg, optopt) && arg[0] == '-' && arg[1] != '-')
+		return cli_usage_error(cmd, "option '-%c' is unknown or needs a value", optopt);
+	return cli_usage_error(cmd, "option '%s' is unknown or needs a value", arg);
 }
 
 int main(int argc, char **argv)
