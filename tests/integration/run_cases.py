@@ -68,8 +68,10 @@ def engine(path):
     return json.loads(r.read())
 
 
-def leftovers(run_id=None):
-    label = "nbrun.run=%s" % run_id if run_id else "nbrun.run"
+def leftovers(run_id=None, label=None):
+    """Containers and volumes nbrun labelled: of one run, of one label, or all."""
+    if not label:
+        label = "nbrun.run=%s" % run_id if run_id else "nbrun.run"
     f = urllib.parse.quote(json.dumps({"label": [label]}))
     cs = engine("/containers/json?all=1&filters=" + f)
     vs = engine("/volumes?filters=" + f).get("Volumes") or []
