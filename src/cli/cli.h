@@ -94,6 +94,11 @@ int cli_exit_for_error(int err);
 
 /* Human output of a result (stdout/stderr of the code, value, error, images, files). */
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color);
+/*
+ * The end of run and parse: rc < 0 prints the context's message; else the
+ * result, human or --json. Returns the exit code.
+ */
+int cli_report(int rc, const struct nbrun_ctx *ctx, const struct nbrun_result *res, bool json);
 /* The --json document on stdout. */
 int cli_print_json(const struct nbrun_result *r);
 

@@ -132,18 +132,7 @@ int cmd_parse(int argc, char **argv)
 		goto out;
 	}
 	rc = nbrun_parse_file(&res, ctx, argv[optind], &opts);
-	if (rc < 0) {
-		cli_error("%s", nbrun_ctx_errmsg(ctx));
-		ret = cli_exit_for_error(rc);
-		goto out;
-	}
-	if (json) {
-		if (cli_print_json(res) < 0)
-			goto out;
-	} else {
-		cli_print_result(stdout, res, isatty(STDOUT_FILENO));
-	}
-	ret = cli_exit_for_status(nbrun_result_status(res));
+	ret = cli_report(rc, ctx, res, json);
 out:
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);

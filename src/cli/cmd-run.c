@@ -174,18 +174,7 @@ int cmd_run(int argc, char **argv)
 		rc = nbrun_run_notebook(&res, ctx, text, text_len, &args.opts);
 	else
 		rc = nbrun_run_code(&res, ctx, code ? code : text, &args.opts);
-	if (rc < 0) {
-		cli_error("%s", nbrun_ctx_errmsg(ctx));
-		ret = cli_exit_for_error(rc);
-		goto out;
-	}
-	if (json) {
-		if (cli_print_json(res) < 0)
-			goto out;
-	} else {
-		cli_print_result(stdout, res, isatty(STDOUT_FILENO));
-	}
-	ret = cli_exit_for_status(nbrun_result_status(res));
+	ret = cli_report(rc, ctx, res, json);
 out:
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -180,4 +181,19 @@ int cli_print_json(const struct nbrun_result *r)
 	}
 	free(s);
 	return rc;
+}
+
+int cli_report(int rc, const struct nbrun_ctx *ctx, const struct nbrun_result *res, bool json)
+{
+	if (rc < 0) {
+		cli_error("%s", nbrun_ctx_errmsg(ctx));
+		return cli_exit_for_error(rc);
+	}
+	if (json) {
+		if (cli_print_json(res) < 0)
+			return CLI_EXIT_FAILED;
+	} else {
+		cli_print_result(stdout, res, isatty(STDOUT_FILENO));
+	}
+	return cli_exit_for_status(nbrun_result_status(res));
 }
