@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "clock.h"
+#include "path.h"
 #include "cli.h"
 
 #define BATCH_NOTEBOOK_MAX (256u << 20)
@@ -52,13 +54,6 @@ static volatile sig_atomic_t batch_interrupted;
 static void batch_on_signal(int sig)
 {
 	batch_interrupted = 1;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static void batch_help(void)
@@ -223,7 +218,7 @@ done:
 	entry = json_pack("{s:s, s:s, s:O?, s:s?, s:s, s:I, s:s?, s:o?}", "name", job->name,
 			  "notebook", job->path, "params", job->params, "out_dir", dir, "status",
 			  result ? json_string_value(json_object_get(result, "status")) : "failed",
-			  "duration_ms", (json_int_t)(mono_ms() - job->start_ms), "first_error",
+			  "duration_ms", (json_int_t)(clock_mono_ms() - job->start_ms), "first_error",
 			  result ? batch_first_error_line(result) : (err[0] ? err : "failed"), "result",
 			  result);
 	nbrun_result_free(res);
@@ -258,7 +253,7 @@ static void *batch_worker(void *p)
 		int lib_err;
 
 		job->state = JOB_RUNNING;
-		job->start_ms = mono_ms();
+		job->start_ms = clock_mono_ms();
 		b->running++;
 		pthread_cond_broadcast(&b->changed);
 		pthread_mutex_unlock(&b->lock);
@@ -266,7 +261,7 @@ static void *batch_worker(void *p)
 		entry = batch_run_one(b, job, &lib_err);
 
 		pthread_mutex_lock(&b->lock);
-		job->end_ms = mono_ms();
+		job->end_ms = clock_mono_ms();
 		job->state = JOB_DONE;
 		job->entry = entry;
 		b->running--;
@@ -301,7 +296,7 @@ static void *batch_worker(void *p)
 
 static void batch_draw(struct batch *b, size_t *lines_drawn)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = clock_mono_ms();
 	double elapsed = (double)(now - b->t0) / 1000.0;
 	size_t failed = b->done - b->counts[NBRUN_STATUS_OK], lines = 0;
 
@@ -349,7 +344,7 @@ static json_t *batch_report(const struct batch *b, unsigned int jobs)
 			json_array_append(list, b->jobs[i].entry);
 	report = json_pack("{s:s, s:s, s:i, s:I, s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
 			   "nbrun", nbrun_version(), "out_dir", b->out_dir, "jobs", (int)jobs,
-			   "duration_ms", (json_int_t)(mono_ms() - b->t0), "interrupted",
+			   "duration_ms", (json_int_t)(clock_mono_ms() - b->t0), "interrupted",
 			   batch_interrupted && !b->fail_fast, "summary", "total", (json_int_t)b->n,
 			   "ok", (json_int_t)b->counts[NBRUN_STATUS_OK], "error",
 			   (json_int_t)b->counts[NBRUN_STATUS_ERROR], "timeout",
@@ -375,27 +370,6 @@ static void batch_print_table(const struct batch *b)
 	       b->n, b->counts[NBRUN_STATUS_OK], b->counts[NBRUN_STATUS_ERROR],
 	       b->counts[NBRUN_STATUS_TIMEOUT], b->counts[NBRUN_STATUS_OOM],
 	       b->counts[NBRUN_STATUS_FAILED], b->n - b->done, b->out_dir);
-}
-
-static int batch_mkdirs(const char *dir)
-{
-	char *copy = strdup(dir);
-	int rc = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	for (char *p = copy + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(copy, 0755) < 0 && errno != EEXIST)
-			rc = -errno;
-		*p = '/';
-	}
-	if (rc == 0 && mkdir(copy, 0755) < 0 && errno != EEXIST)
-		rc = -errno;
-	free(copy);
-	return rc;
 }
 
 /* ---- command ------------------------------------------------------------------ */
@@ -566,7 +540,7 @@ int cmd_batch(int argc, char **argv)
 		b.out_dir = default_dir;
 		default_dir = NULL;
 	}
-	if (!b.out_dir || batch_mkdirs(b.out_dir) < 0) {
+	if (!b.out_dir || path_mkdir_p(b.out_dir, 0755) < 0) {
 		cli_error("cannot create %s: %s", b.out_dir ? b.out_dir : "output directory", strerror(errno));
 		goto out;
 	}
@@ -586,7 +560,7 @@ int cmd_batch(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	b.t0 = mono_ms();
+	b.t0 = clock_mono_ms();
 	threads = calloc((size_t)jobs, sizeof(*threads));
 	if (!threads)
 		goto out;

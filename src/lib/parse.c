@@ -15,7 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "nbrun-private.h"
+#include "path.h"
 
 /* Bytes read from the file per read(); jansson then pulls from this buffer. */
 #define LOAD_CHUNK (64 * 1024)
@@ -260,42 +262,12 @@ out:
 	return rc;
 }
 
-/* mkdir -p for a path the user gave (trusted: symlinks in it are the user's choice). */
-static int mkdir_p(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len == 0 || len >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp, path, len + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *ctx,
 				  const char *path, const struct nbrun_parse_options *opts)
 {
 	struct nbrun_result *r = NULL;
 	struct nbrun__limits lim;
-	uint64_t start = now_ms();
+	uint64_t start = clock_mono_ms();
 	char run_id[64], *abs_out = NULL;
 	json_t *nb = NULL;
 	int dirfd = -1, rc;
@@ -311,7 +283,7 @@ NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *c
 	if (rc < 0)
 		goto out;
 	if (opts && opts->out_dir) {
-		rc = mkdir_p(opts->out_dir);
+		rc = path_mkdir_p(opts->out_dir, 0755);
 		if (rc == 0) {
 			dirfd = open(opts->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			rc = dirfd < 0 ? -errno : 0;
@@ -344,7 +316,7 @@ NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *c
 	nb = abs_out ? json_string(abs_out) : NULL;
 	json_object_set_new(r->doc, "out_dir", nb ? nb : json_null());
 	nb = NULL;
-	json_object_set_new(r->doc, "duration_ms", json_integer((json_int_t)(now_ms() - start)));
+	json_object_set_new(r->doc, "duration_ms", json_integer((json_int_t)(clock_mono_ms() - start)));
 	if (dirfd >= 0) {
 		rc = nbrun__result_write(ctx, r, dirfd);
 		if (rc < 0)

@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "nbrun-private.h"
+#include "path.h"
 #include "text.h"
 
 #define RUN_UID 1000
@@ -42,18 +44,11 @@ struct run {
 	char *image;
 	char *out_dir;          /* absolute */
 	int out_fd;
-	struct timespec t0;
+	uint64_t t0_ms;
 	uint64_t deadline_ms;   /* monotonic, ms */
 	struct nbrun__export_input *inputs;
 	size_t n_inputs;
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void run_progress(struct run *r, enum nbrun_phase phase)
 {
@@ -121,7 +116,7 @@ static int run_make_id(struct run *r)
 /* mkdir -p, then require an empty directory: a run never mixes with old files. */
 static int run_open_out_dir(struct run *r)
 {
-	char *dir = NULL, *p;
+	char *dir = NULL;
 	char cwd[PATH_MAX];
 	int fd = -1, rc = 0;
 	DIR *d;
@@ -136,18 +131,9 @@ static int run_open_out_dir(struct run *r)
 	}
 	if (!dir || rc < 0)
 		return nbrun__err(r->ctx, NBRUN_ENOMEM, "cannot make the output directory name");
-	for (p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-			rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot create %s", dir);
-			goto out;
-		}
-		*p = '/';
-	}
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-		rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot create %s", dir);
+	rc = path_mkdir_p(dir, 0755);
+	if (rc < 0) {
+		rc = nbrun__errno(r->ctx, NBRUN_EIO, -rc, "cannot create %s", dir);
 		goto out;
 	}
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -197,9 +183,7 @@ static int run_pick_image(struct run *r)
 	int status;
 
 	if (want) {
-		if (!*want || strspn(want, RUN_IMAGE_CHARS) != strlen(want) || strlen(want) > 255)
-			return nbrun__err(r->ctx, NBRUN_EINVAL, "'%s' is not an image name", want);
-		r->image = strdup(want);
+		r->image = strdup(want); /* its name was checked with the other options */
 	} else if (asprintf(&r->image, "%s:%s", NBRUN_DEFAULT_IMAGE, NBRUN_VERSION) < 0) {
 		r->image = NULL;
 	}
@@ -547,7 +531,7 @@ static int run_wait(struct run *r, int *code, bool *oom)
 
 	*code = -1;
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = clock_mono_ms();
 		long left = r->deadline_ms > now ? (long)(r->deadline_ms - now) : 0;
 
 		if (left <= 0)
@@ -765,7 +749,7 @@ static void run_finish_result(struct run *r)
 	json_t *doc = r->result->doc;
 	struct stat st;
 
-	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(now_ms() - (uint64_t)(r->t0.tv_sec * 1000 + r->t0.tv_nsec / 1000000))));
+	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(clock_mono_ms() - r->t0_ms)));
 	json_object_set_new(doc, "out_dir", json_string(r->out_dir));
 	if (fstatat(r->out_fd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    asprintf(&nb_path, "%s/notebook.ipynb", r->out_dir) >= 0) {
@@ -915,12 +899,12 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	r.ctx = ctx;
 	r.opts = opts;
 	r.out_fd = -1;
-	clock_gettime(CLOCK_MONOTONIC, &r.t0);
+	r.t0_ms = clock_mono_ms();
 	rc = run_check_options(ctx, opts);
 	if (rc < 0)
 		return rc;
 	nbrun__limits_resolve(&r.lim, &opts->limits);
-	r.deadline_ms = now_ms() + opts->timeout_ms;
+	r.deadline_ms = clock_mono_ms() + opts->timeout_ms;
 	for (size_t i = 0; i < opts->file_count; i++)
 		if (access(opts->files[i], R_OK) < 0)
 			return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
