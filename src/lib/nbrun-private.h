@@ -146,6 +146,8 @@ int nbrun__tar_add_data(struct nbrun__tar *t, const char *name, const void *data
 int nbrun__tar_add_path(struct nbrun_ctx *ctx, struct nbrun__tar *t, const char *host_path,
 			const char *name);
 int nbrun__tar_finish(struct nbrun__tar *t, const void **data, size_t *len);
+/* Hand over the host files added so far, with their SHA-256 (free each name and the array). */
+void nbrun__tar_take_files(struct nbrun__tar *t, struct nbrun__export_input **files, size_t *n);
 
 /* Read side: a downloaded archive, entries handed to a sink. */
 struct nbrun__tar_entry {

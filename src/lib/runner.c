@@ -378,46 +378,6 @@ static int run_put_archive(struct run *r, struct nbrun__tar *t, const char *dest
 	return status < 0 ? status : 0;
 }
 
-/* Remember what was uploaded so that untouched inputs are not exported back. */
-static int run_note_input(struct run *r, const char *host_path, const char *name, int depth)
-{
-	struct stat st;
-	struct nbrun__export_input *grown;
-	int fd, rc = 0;
-
-	if (depth > NBRUN_MAX_PATH_DEPTH || stat(host_path, &st) < 0)
-		return 0;
-	if (S_ISDIR(st.st_mode)) {
-		DIR *d = opendir(host_path);
-		struct dirent *de;
-		while (d && (de = readdir(d)) && rc == 0) {
-			char *hp = NULL, *nm = NULL;
-			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-				continue;
-			if (asprintf(&hp, "%s/%s", host_path, de->d_name) >= 0 &&
-			    asprintf(&nm, "%s/%s", name, de->d_name) >= 0)
-				rc = run_note_input(r, hp, nm, depth + 1);
-			free(hp);
-			free(nm);
-		}
-		if (d)
-			closedir(d);
-		return rc;
-	}
-	grown = realloc(r->inputs, (r->n_inputs + 1) * sizeof(*grown));
-	if (!grown)
-		return NBRUN_ENOMEM;
-	r->inputs = grown;
-	grown[r->n_inputs].name = strdup(name);
-	fd = open(host_path, O_RDONLY | O_CLOEXEC);
-	if (!grown[r->n_inputs].name || fd < 0 || nbrun__sha256_fd(fd, grown[r->n_inputs].sha256) < 0)
-		grown[r->n_inputs].sha256[0] = '\0';
-	if (fd >= 0)
-		close(fd);
-	r->n_inputs++;
-	return 0;
-}
-
 static const char *run_base_name(const char *path)
 {
 	size_t len = strlen(path);
@@ -448,9 +408,8 @@ static int run_upload(struct run *r, const char *notebook, size_t len)
 			char clean[NBRUN_MAX_NAME_BYTES + 1];
 			snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
 			rc = nbrun__tar_add_path(r->ctx, t, r->opts->files[i], clean);
-			if (rc == 0)
-				rc = run_note_input(r, r->opts->files[i], clean, 0);
 		}
+		nbrun__tar_take_files(t, &r->inputs, &r->n_inputs);
 		if (rc == 0)
 			rc = run_put_archive(r, t, "/mnt/data");
 		nbrun__tar_free(t);

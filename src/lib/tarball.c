@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,6 +23,9 @@ struct nbrun__tar {
 	struct buf out;
 	unsigned int uid, gid;
 	bool failed;
+	/* Files added from the host, hashed while they are read. */
+	struct nbrun__export_input *files;
+	size_t n_files;
 };
 
 static la_ssize_t tar_write_cb(struct archive *a, void *p, const void *data, size_t n)
@@ -65,6 +70,9 @@ void nbrun__tar_free(struct nbrun__tar *t)
 	if (t->a)
 		archive_write_free(t->a);
 	buf_free(&t->out);
+	for (size_t i = 0; i < t->n_files; i++)
+		free(t->files[i].name);
+	free(t->files);
 	free(t);
 }
 
@@ -115,12 +123,18 @@ static int tar_add_file(struct nbrun_ctx *ctx, struct nbrun__tar *t, int fd, con
 			const char *name, const struct stat *st)
 {
 	struct archive_entry *e = tar_entry(t, name, AE_IFREG, st->st_mode & 0755, st->st_size);
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	struct nbrun__export_input *grown;
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int dlen = 0;
 	char chunk[65536];
 	int64_t left = st->st_size;
 	int rc = 0;
 
-	if (!e)
-		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	if (!e || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		goto out;
+	}
 	if (archive_write_header(t->a, e) != ARCHIVE_OK)
 		goto fail;
 	while (left > 0) {
@@ -133,8 +147,23 @@ static int tar_add_file(struct nbrun_ctx *ctx, struct nbrun__tar *t, int fd, con
 		}
 		if (archive_write_data(t->a, chunk, (size_t)n) != n)
 			goto fail;
+		EVP_DigestUpdate(md, chunk, (size_t)n);
 		left -= n;
 	}
+	/* Remembered so that an input the code left untouched is not exported back. */
+	grown = realloc(t->files, (t->n_files + 1) * sizeof(*grown));
+	if (!grown || !(grown[t->n_files].name = strdup(name))) {
+		if (grown)
+			t->files = grown;
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		goto out;
+	}
+	t->files = grown;
+	grown[t->n_files].sha256[0] = '\0';
+	if (EVP_DigestFinal_ex(md, digest, &dlen) == 1)
+		for (unsigned int i = 0; i < dlen; i++)
+			snprintf(grown[t->n_files].sha256 + 2 * i, 3, "%02x", digest[i]);
+	t->n_files++;
 	goto out;
 fail:
 	rc = t->failed ? nbrun__err(ctx, NBRUN_EINVAL, "input files are larger than the sandbox disk (%s)",
@@ -142,6 +171,7 @@ fail:
 		       : nbrun__err(ctx, NBRUN_EIO, "cannot archive %s: %s", host_path,
 				    archive_error_string(t->a));
 out:
+	EVP_MD_CTX_free(md);
 	archive_entry_free(e);
 	return rc;
 }
@@ -210,6 +240,14 @@ int nbrun__tar_add_path(struct nbrun_ctx *ctx, struct nbrun__tar *t, const char 
 			const char *name)
 {
 	return tar_add_tree(ctx, t, host_path, name, 0);
+}
+
+void nbrun__tar_take_files(struct nbrun__tar *t, struct nbrun__export_input **files, size_t *n)
+{
+	*files = t->files;
+	*n = t->n_files;
+	t->files = NULL;
+	t->n_files = 0;
 }
 
 int nbrun__tar_finish(struct nbrun__tar *t, const void **data, size_t *len)

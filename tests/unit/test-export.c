@@ -31,6 +31,8 @@
 
 #include <cmocka.h>
 
+#include "unit-main.h"
+
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -1317,13 +1319,6 @@ int main(int argc, char **argv)
 	};
 	/* Modes must be safe because of the library, not because of the caller's umask. */
 	umask(0);
-	/* --only PATTERN / --skip PATTERN (globs over case names): meson runs the
-	 * xfail_* cases (known library bugs) on their own, as expected failures. */
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--only"))
-			cmocka_set_test_filter(argv[i + 1]);
-		else if (!strcmp(argv[i], "--skip"))
-			cmocka_set_skip_filter(argv[i + 1]);
-	}
+	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
