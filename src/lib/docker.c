@@ -141,6 +141,31 @@ static int docker_minor(const char *v)
 	return (!strncmp(v, "1.", 2) && dot) ? atoi(dot + 1) : -1;
 }
 
+/* What every request shares: set once on the reused handle. */
+static void docker_setup_handle(struct nbrun__docker *d)
+{
+	CURL *c = d->curl;
+
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, d->errbuf);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, docker_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, d);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (d->socket_path)
+		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
+	if (d->tls) {
+		char p[4096];
+		snprintf(p, sizeof(p), "%s/ca.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_CAINFO, p);
+		snprintf(p, sizeof(p), "%s/cert.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_SSLCERT, p);
+		snprintf(p, sizeof(p), "%s/key.pem", d->cert_dir);
+		curl_easy_setopt(c, CURLOPT_SSLKEY, p);
+	}
+}
+
 static int docker_negotiate(struct nbrun__docker *d)
 {
 	struct docker_hdr hdr = { "" };
@@ -203,6 +228,7 @@ int nbrun__docker_new(struct nbrun__docker **out, struct nbrun_ctx *ctx)
 		rc = nbrun__err(ctx, NBRUN_ENOMEM, "cannot initialise libcurl");
 		goto fail;
 	}
+	docker_setup_handle(d);
 	rc = docker_negotiate(d);
 	if (rc < 0)
 		goto fail;
@@ -283,8 +309,9 @@ static size_t docker_fd_cb(char *data, size_t size, size_t n, void *p)
 	return len;
 }
 
-static int docker_setup(struct nbrun__docker *d, const char *method, const char *path,
-			long timeout_ms, struct curl_slist **hdrs, const char *content_type)
+/* What changes per request: URL (versioned but for /_ping), method, timeout, headers. */
+static void docker_setup(struct nbrun__docker *d, const char *method, const char *path,
+			 long timeout_ms, struct curl_slist **hdrs, const char *content_type)
 {
 	char url[2048];
 	CURL *c = d->curl;
@@ -294,32 +321,10 @@ static int docker_setup(struct nbrun__docker *d, const char *method, const char 
 	else
 		snprintf(url, sizeof(url), "%s%s", d->base_url, path);
 	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, d->errbuf);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : DOCKER_DEFAULT_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, docker_progress);
-	curl_easy_setopt(c, CURLOPT_XFERINFODATA, d);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	if (d->socket_path)
-		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, d->socket_path);
-	if (d->tls) {
-		char p[4096];
-		snprintf(p, sizeof(p), "%s/ca.pem", d->cert_dir);
-		curl_easy_setopt(c, CURLOPT_CAINFO, p);
-		snprintf(p, sizeof(p), "%s/cert.pem", d->cert_dir);
-		curl_easy_setopt(c, CURLOPT_SSLCERT, p);
-		snprintf(p, sizeof(p), "%s/key.pem", d->cert_dir);
-		curl_easy_setopt(c, CURLOPT_SSLKEY, p);
-	}
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	/* HTTPGET resets a body left from an earlier POST/PUT on this handle. */
 	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	if (!strcmp(method, "HEAD"))
-		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-	else
-		curl_easy_setopt(c, CURLOPT_NOBODY, 0L);
 	*hdrs = curl_slist_append(NULL, "Expect:");
 	if (content_type) {
 		char h[128];
@@ -328,7 +333,6 @@ static int docker_setup(struct nbrun__docker *d, const char *method, const char 
 	}
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs);
 	d->errbuf[0] = '\0';
-	return 0;
 }
 
 static int docker_perform(struct nbrun__docker *d, const char *method, const char *path)
