@@ -162,6 +162,23 @@ def case_pandas_csv_file():
     finish(doc, out)
 
 
+def case_file_left_open():
+    # The kernel is stopped at once after the last cell: what the code wrote
+    # to a file it never closed must still be flushed and exported.
+    code = ("f = open('/mnt/data/left_open.txt', 'w')\n"
+            "f.write('line\\n' * 5000)\n"
+            "b = open('/mnt/data/left_open.bin', 'wb')\n"
+            "b.write(bytes(range(256)) * 10)\n"
+            "print('written')\n")
+    rc, doc, out, err = run(["-c", code])
+    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    sizes = {f["path"]: f["bytes"] for f in doc["files"]}
+    check(sizes == {"files/left_open.txt": 25000, "files/left_open.bin": 2560}, sizes)
+    with open(os.path.join(out, "files", "left_open.txt")) as f:
+        check(f.read() == "line\n" * 5000, "left_open.txt content")
+    finish(doc, out)
+
+
 def case_unicode():
     rc, doc, out, err = run(["-c", "print('héllo wörld ✓ 日本語 🎉')\n'ünï'"])
     check(rc == 0, "exit %d" % rc)
