@@ -42,6 +42,14 @@ def run(args, stdin=None, timeout=300):
     return p.returncode, doc, outdir, p.stderr
 
 
+def run_ok(args, **kw):
+    """run() for a case that must succeed: exit 0 and a result document."""
+    rc, doc, out, err = run(args, **kw)
+    check(rc == 0 and doc is not None,
+          "exit %d: %r (stderr %r)" % (rc, doc and doc.get("error"), err[-300:]))
+    return doc, out
+
+
 def validate(doc):
     try:
         import jsonschema
@@ -97,8 +105,7 @@ def png_size(path):
 # ---- cases -----------------------------------------------------------------
 
 def case_print_and_result():
-    rc, doc, out, err = run(["-c", "print('hello', 6*7)\n# %%\n6*7"])
-    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    doc, out = run_ok(["-c", "print('hello', 6*7)\n# %%\n6*7"])
     check(doc["status"] == "ok", doc["status"])
     check(doc["stdout"] == "hello 42\n", repr(doc["stdout"]))
     check([r["text"] for r in doc["results"]] == ["42"], doc["results"])
@@ -128,8 +135,7 @@ def case_chart_png():
             "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
             "plt.plot([1, 2, 3], [1, 4, 9])\n"
             "plt.show()\n")
-    rc, doc, out, err = run(["-c", code])
-    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    doc, out = run_ok(["-c", code])
     check(len(doc["images"]) == 1, doc["images"])
     img = doc["images"][0]
     check(img["mime"] == "image/png", img)
@@ -149,8 +155,7 @@ def case_pandas_csv_file():
             "s = df.groupby('region')['amount'].sum()\n"
             "s.to_csv('/mnt/data/summary.csv')\n"
             "print(s.to_dict())\n")
-    rc, doc, out, err = run(["-f", csv, "-c", code])
-    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    doc, out = run_ok(["-f", csv, "-c", code])
     check("{'north': 17, 'south': 5}" in doc["stdout"], doc["stdout"])
     paths = [f["path"] for f in doc["files"]]
     check(paths == ["files/summary.csv"], "exported %r (the untouched input must not be)" % paths)
@@ -170,8 +175,7 @@ def case_file_left_open():
             "b = open('/mnt/data/left_open.bin', 'wb')\n"
             "b.write(bytes(range(256)) * 10)\n"
             "print('written')\n")
-    rc, doc, out, err = run(["-c", code])
-    check(rc == 0, "exit %d: %r" % (rc, doc and doc.get("error")))
+    doc, out = run_ok(["-c", code])
     sizes = {f["path"]: f["bytes"] for f in doc["files"]}
     check(sizes == {"files/left_open.txt": 25000, "files/left_open.bin": 2560}, sizes)
     with open(os.path.join(out, "files", "left_open.txt")) as f:
@@ -180,8 +184,7 @@ def case_file_left_open():
 
 
 def case_unicode():
-    rc, doc, out, err = run(["-c", "print('héllo wörld ✓ 日本語 🎉')\n'ünï'"])
-    check(rc == 0, "exit %d" % rc)
+    doc, out = run_ok(["-c", "print('héllo wörld ✓ 日本語 🎉')\n'ünï'"])
     check(doc["stdout"] == "héllo wörld ✓ 日本語 🎉\n", repr(doc["stdout"]))
     check(doc["results"][0]["text"] == "'ünï'", doc["results"])
     finish(doc, out)
@@ -233,8 +236,7 @@ def case_network_off():
             "    print('no dns')\n"
             "import os\n"
             "print(sorted(os.listdir('/sys/class/net')))\n")
-    rc, doc, out, err = run(["-c", code])
-    check(rc == 0, "exit %d" % rc)
+    doc, out = run_ok(["-c", code])
     check("CONNECTED" not in doc["stdout"] and "RESOLVED" not in doc["stdout"], doc["stdout"])
     check(doc["stdout"].count("refused") == 2 and "no dns" in doc["stdout"], doc["stdout"])
     check("['lo']" in doc["stdout"], "interfaces: %r" % doc["stdout"])
