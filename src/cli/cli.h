@@ -72,6 +72,12 @@ enum {
 	{ "network", required_argument, NULL, CLI_OPT_NETWORK },              \
 	{ "image", required_argument, NULL, CLI_OPT_IMAGE },                  \
 	{ "max-output", required_argument, NULL, CLI_OPT_MAX_OUTPUT }
+/* What run and batch share besides the run options: -o, --json, -q, -h. */
+#define CLI_OUTPUT_LONGOPTS                                                   \
+	{ "out", required_argument, NULL, 'o' },                              \
+	{ "json", no_argument, NULL, CLI_OPT_JSON },                          \
+	{ "quiet", no_argument, NULL, 'q' },                                  \
+	{ "help", no_argument, NULL, 'h' }
 /* Help text for CLI_RUN_LONGOPTS. */
 extern const char cli_run_options_help[];
 

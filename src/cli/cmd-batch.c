@@ -422,14 +422,11 @@ int cmd_batch(int argc, char **argv)
 	enum { OPT_FAIL_FAST = CLI_OPT_FIRST_LOCAL, OPT_GRID };
 	static const struct option longopts[] = {
 		{ "jobs", required_argument, NULL, 'j' },
-		{ "out", required_argument, NULL, 'o' },
 		{ "param", required_argument, NULL, 'p' },
 		{ "params", required_argument, NULL, 'y' },
 		{ "param-grid", required_argument, NULL, OPT_GRID },
 		{ "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
-		{ "json", no_argument, NULL, CLI_OPT_JSON },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
+		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};

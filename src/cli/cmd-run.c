@@ -96,10 +96,7 @@ int cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "code", required_argument, NULL, 'c' },
-		{ "out", required_argument, NULL, 'o' },
-		{ "json", no_argument, NULL, CLI_OPT_JSON },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
+		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
