@@ -103,7 +103,8 @@ int cli_exit_for_error(int err)
 
 const char cli_run_options_help[] =
 	"Input:\n"
-	"  -f, --file PATH       upload a file or directory to /mnt/data/<name> (repeatable)\n"
+	"  -f, --file PATH       upload a file or directory to /mnt/data/<name> (repeatable;\n"
+	"                        symlinks inside a directory are refused, not followed)\n"
 	"  -e, --env KEY=VALUE   set a variable in the sandbox (repeatable; nothing else leaks in)\n"
 	"Limits:\n"
 	"  --timeout DURATION    wall clock for the whole run (default 60s; 500ms, 2m, 1h)\n"

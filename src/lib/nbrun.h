@@ -181,7 +181,8 @@ struct nbrun_run_options {
 	const char *network;        /**< "none" (default) or "bridge" */
 	const char *const *env;     /**< "KEY=VALUE" strings; nothing else leaks in */
 	size_t env_count;
-	const char *const *files;   /**< host files or directories uploaded to /mnt/data/<name> */
+	const char *const *files;   /**< host files or directories uploaded to /mnt/data/<name>;
+	                                 a symlink inside a directory is an error (NBRUN_EINVAL) */
 	size_t file_count;
 	/** Output directory (created; must not exist or be empty). NULL: ./nbrun-out/<run-id>. */
 	const char *out_dir;

@@ -186,7 +186,15 @@ static int tar_add_tree(struct nbrun_ctx *ctx, struct nbrun__tar *t, const char 
 
 	if (depth > NBRUN_MAX_PATH_DEPTH)
 		return nbrun__err(ctx, NBRUN_EINVAL, "%s: directory tree too deep", host_path);
-	fd = open(host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); /* a FIFO must not block */
+	/* A FIFO must not block. A symlink the user named is followed; one inside
+	 * a directory is not: a directory from elsewhere (an unpacked download)
+	 * must not carry host files such as ~/.ssh into the sandbox. */
+	fd = open(host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (depth ? O_NOFOLLOW : 0));
+	if (fd < 0 && depth && errno == ELOOP)
+		return nbrun__err(ctx, NBRUN_EINVAL,
+				  "input %s is a symbolic link inside a directory, which nbrun does not "
+				  "follow (give its target with -f)",
+				  host_path);
 	if (fd < 0)
 		return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
 				    "cannot open input %s", host_path);

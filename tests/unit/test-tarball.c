@@ -371,37 +371,25 @@ static void fifo_as_input(void **state)
 }
 
 /*
- * What the code does with a symlink inside an input directory: it follows it
- * (open() without O_NOFOLLOW) and uploads the target as a regular file; no
- * symlink ever reaches the archive.
+ * A symlink inside an input directory is refused with a clear error, never
+ * followed: its target (here a "secret" outside the directory) must not
+ * reach the archive.
  */
-static void symlink_in_input_dir_is_followed(void **state)
+static void symlink_in_input_dir_is_refused(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__tar *t = NULL;
 	char *dir = mktemp_dir(), *in = path_of(dir, "in"), *target = path_of(dir, "outside.txt");
 	char *link = path_of(dir, "in/link");
-	const void *data;
-	size_t len;
-	struct rd r;
-	const struct rd_entry *e;
 
 	make_dir(dir, "in");
 	write_file(dir, "outside.txt", "secret", 6, 0644);
 	assert_int_equal(symlink(target, link), 0);
 	assert_int_equal(nbrun__tar_new(&t, 1000, 1000, 1 << 20), 0);
-	assert_int_equal(nbrun__tar_add_path(&ctx, t, in, "data"), 0);
-	assert_int_equal(nbrun__tar_finish(t, &data, &len), 0);
-	rd_load(&r, data, len);
-	for (size_t i = 0; i < r.n; i++) {
-		assert_int_not_equal(r.e[i].type, AE_IFLNK);
-		assert_null(r.e[i].symlink);
-	}
-	e = rd_find(&r, "data/link");
-	assert_non_null(e);
-	assert_int_equal(e->type, AE_IFREG);
-	assert_string_equal(e->data, "secret");
-	rd_free(&r);
+	assert_int_equal(nbrun__tar_add_path(&ctx, t, in, "data"), NBRUN_EINVAL);
+	assert_non_null(strstr(ctx.errmsg, "symbolic link"));
+	assert_non_null(strstr(ctx.errmsg, link));
+	assert_null(strchr(ctx.errmsg, '\n'));
 	nbrun__tar_free(t);
 	free(in);
 	free(target);
@@ -409,24 +397,70 @@ static void symlink_in_input_dir_is_followed(void **state)
 	rm_dir(dir);
 }
 
-/* A symlink loop (dir/loop -> dir) ends at the depth cap with NBRUN_EINVAL. */
+/* A symlink the user names itself is followed: its target is uploaded. */
+static void symlink_given_is_followed(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__tar *t = NULL;
+	char *dir = mktemp_dir(), *target = path_of(dir, "real.csv"), *link = path_of(dir, "link.csv");
+	const void *data;
+	size_t len;
+	struct rd r;
+	const struct rd_entry *e;
+
+	write_file(dir, "real.csv", "a,b\n", 4, 0644);
+	assert_int_equal(symlink(target, link), 0);
+	assert_int_equal(nbrun__tar_new(&t, 1000, 1000, 1 << 20), 0);
+	assert_int_equal(nbrun__tar_add_path(&ctx, t, link, "data/link.csv"), 0);
+	assert_int_equal(nbrun__tar_finish(t, &data, &len), 0);
+	rd_load(&r, data, len);
+	e = rd_find(&r, "data/link.csv");
+	assert_non_null(e);
+	assert_int_equal(e->type, AE_IFREG);
+	assert_string_equal(e->data, "a,b\n");
+	rd_free(&r);
+	nbrun__tar_free(t);
+	free(target);
+	free(link);
+	rm_dir(dir);
+}
+
+/* A symlink loop (dir/loop -> .) is refused at the link, before any depth cap. */
 static void symlink_loop_in_input_dir(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__tar *t = NULL;
 	char *dir = mktemp_dir(), *in = path_of(dir, "in"), *loop = path_of(dir, "in/loop");
-	char *loop2 = path_of(dir, "in/loop2");
 
 	make_dir(dir, "in");
 	assert_int_equal(symlink(".", loop), 0);
-	assert_int_equal(symlink(".", loop2), 0);
+	assert_int_equal(nbrun__tar_new(&t, 1000, 1000, 64 << 20), 0);
+	assert_int_equal(nbrun__tar_add_path(&ctx, t, in, "data"), NBRUN_EINVAL);
+	assert_non_null(strstr(ctx.errmsg, "symbolic link"));
+	nbrun__tar_free(t);
+	free(in);
+	free(loop);
+	rm_dir(dir);
+}
+
+/* Directories nested deeper than NBRUN_MAX_PATH_DEPTH end with NBRUN_EINVAL. */
+static void input_dir_too_deep(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__tar *t = NULL;
+	char *dir = mktemp_dir(), rel[4 * (NBRUN_MAX_PATH_DEPTH + 2) + 8] = "in";
+	char *in = path_of(dir, "in");
+
+	make_dir(dir, rel);
+	for (int i = 0; i <= NBRUN_MAX_PATH_DEPTH; i++) {
+		strcat(rel, "/d");
+		make_dir(dir, rel);
+	}
 	assert_int_equal(nbrun__tar_new(&t, 1000, 1000, 64 << 20), 0);
 	assert_int_equal(nbrun__tar_add_path(&ctx, t, in, "data"), NBRUN_EINVAL);
 	assert_non_null(strstr(ctx.errmsg, "too deep"));
 	nbrun__tar_free(t);
 	free(in);
-	free(loop);
-	free(loop2);
 	rm_dir(dir);
 }
 
@@ -513,8 +547,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(add_path_missing),
 		cmocka_unit_test(fifo_in_input_dir),
 		cmocka_unit_test(fifo_as_input),
-		cmocka_unit_test(symlink_in_input_dir_is_followed),
+		cmocka_unit_test(symlink_in_input_dir_is_refused),
+		cmocka_unit_test(symlink_given_is_followed),
 		cmocka_unit_test(symlink_loop_in_input_dir),
+		cmocka_unit_test(input_dir_too_deep),
 		cmocka_unit_test(cap_exceeded_data),
 		cmocka_unit_test(cap_exceeded_at_finish),
 		cmocka_unit_test(cap_exceeded_path),
