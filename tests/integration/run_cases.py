@@ -302,6 +302,16 @@ def case_usage_errors():
         check(p.stderr.startswith("nbrun: error: "), "%r: stderr %r" % (args, p.stderr))
     p = subprocess.run([NBRUN, "run", "--help"], capture_output=True, text=True)
     check(p.returncode == 0 and "--timeout" in p.stdout, "run --help")
+    # A symlink inside an input directory: refused, not followed, nothing started.
+    tmp = tempfile.mkdtemp()
+    os.mkdir(os.path.join(tmp, "in"))
+    os.symlink("/etc/passwd", os.path.join(tmp, "in", "pw"))
+    p = subprocess.run([NBRUN, "run", "--json", "-f", os.path.join(tmp, "in"), "-c",
+                        "print(open('/mnt/data/in/pw').read())"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2, "symlink input: exit %d" % p.returncode)
+    check("symbolic link" in p.stderr and p.stderr.count("\n") == 1, p.stderr)
+    check("root:" not in p.stdout, "a host file reached the sandbox")
 
 
 def case_missing_image():
