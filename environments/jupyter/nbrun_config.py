@@ -85,7 +85,7 @@ _FLUSH_TIMEOUT = 2.0
 def _patch_cleanup():
     try:
         from nbclient.client import NotebookClient
-        from nbclient.util import run_sync
+        from nbclient.util import ensure_async, run_sync
     except ImportError:
         return
     original = NotebookClient._async_cleanup_kernel
@@ -100,7 +100,7 @@ def _patch_cleanup():
     async def _async_cleanup_kernel(self):
         kc = getattr(self, "kc", None)
         try:
-            if kc is not None and self.km is not None and await _maybe(self.km.is_alive()):
+            if kc is not None and self.km is not None and await ensure_async(self.km.is_alive()):
                 await asyncio.wait_for(flush(kc), _FLUSH_TIMEOUT)
         except Exception:  # a kernel that is gone or stuck is killed anyway
             pass
@@ -126,10 +126,6 @@ def _kill(km):
         proc.wait(timeout=2)
     except Exception:
         pass
-
-
-async def _maybe(value):
-    return await value if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future) else value
 
 
 _patch_cleanup()
