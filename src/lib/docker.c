@@ -300,7 +300,7 @@ static size_t docker_fd_cb(char *data, size_t size, size_t n, void *p)
 		s->cut = true;
 		return 0;
 	}
-	rc = nbrun__write_all(s->fd, data, len);
+	rc = fd_write_all(s->fd, data, len);
 	if (rc < 0) {
 		s->err = -rc;
 		return 0;

@@ -146,23 +146,6 @@ int nbrun__export_mkdirs(int dirfd, const char *path)
 	return fd;
 }
 
-int nbrun__write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* ---- files from /mnt/data ------------------------------------------------------ */
 
 int nbrun__sha256_fd(int fd, char hex[65])

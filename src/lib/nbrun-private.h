@@ -9,6 +9,7 @@
 
 #include "nbrun.h"
 #include "buf.h"
+#include "fdio.h"
 
 #define NBRUN_DEFAULT_MAX_OUTPUT 20000
 #define NBRUN_DEFAULT_MAX_OUTPUTS 1000
@@ -106,8 +107,6 @@ const char *nbrun__path_reject_reason(const char *path);
 int nbrun__export_open(int dirfd, const char *path, mode_t mode);
 /* Open or create directory path below dirfd (no symlinks). fd or -errno. */
 int nbrun__export_mkdirs(int dirfd, const char *path);
-/* Write all of buf to fd; 0 or -errno. */
-int nbrun__write_all(int fd, const void *buf, size_t len);
 
 /* Export the files of a /mnt/data archive to out_fd/files/: only regular
  * files below the top directory, safe names, within the caps; everything else

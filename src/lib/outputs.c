@@ -283,7 +283,7 @@ static void img_flush(struct img_write *w, bool last)
 			return;
 		}
 	}
-	rc = nbrun__write_all(w->fd, o->dec, w->dlen);
+	rc = fd_write_all(w->fd, o->dec, w->dlen);
 	if (rc < 0) {
 		w->err = -rc;
 		w->why = "cannot write the file";
@@ -469,11 +469,11 @@ static json_t *op_image_svg(struct op *o, const json_t *v, size_t cell, unsigned
 		return op_image_skipped(o, path, size, reason, false);
 	}
 	if (json_is_string(v)) {
-		rc = nbrun__write_all(fd, json_string_value(v), json_string_length(v));
+		rc = fd_write_all(fd, json_string_value(v), json_string_length(v));
 	} else {
 		json_array_foreach(v, i, e)
 			if (rc == 0 && json_is_string(e))
-				rc = nbrun__write_all(fd, json_string_value(e), json_string_length(e));
+				rc = fd_write_all(fd, json_string_value(e), json_string_length(e));
 	}
 	close(fd);
 	if (rc < 0) {

@@ -88,9 +88,9 @@ int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int
 		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot write result.json");
 		goto out;
 	}
-	rc = nbrun__write_all(fd, text, strlen(text));
+	rc = fd_write_all(fd, text, strlen(text));
 	if (rc == 0)
-		rc = nbrun__write_all(fd, "\n", 1);
+		rc = fd_write_all(fd, "\n", 1);
 	close(fd);
 	if (rc < 0 || renameat(dirfd, "result.json.tmp", dirfd, "result.json") < 0) {
 		rc = nbrun__errno(ctx, NBRUN_EIO, rc < 0 ? -rc : errno, "cannot write result.json");

@@ -322,7 +322,7 @@ int nbrun__tar_extract(struct nbrun_ctx *ctx, int fd, const struct nbrun__tar_si
 				complete = false;
 				break;
 			}
-			if (nbrun__write_all(out_fd, chunk, (size_t)n) < 0) {
+			if (fd_write_all(out_fd, chunk, (size_t)n) < 0) {
 				complete = false;
 				break;
 			}

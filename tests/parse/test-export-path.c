@@ -103,7 +103,7 @@ static void test_export_open_confined(void **state)
 
 	fd = nbrun__export_open(dirfd, "images/cell1-1.png", 0644);
 	assert_true(fd >= 0);
-	assert_int_equal(nbrun__write_all(fd, "abc", 3), 0);
+	assert_int_equal(fd_write_all(fd, "abc", 3), 0);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/images/cell1-1.png", dir);
 	assert_int_equal(stat(path, &st), 0);

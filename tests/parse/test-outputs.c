@@ -503,7 +503,7 @@ static void test_load_file(void **state)
 	assert_null(nb);
 	fd = openat(f->dirfd, "ok.ipynb", O_WRONLY | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);
-	assert_int_equal(nbrun__write_all(fd, "{\"nbformat\": 4, \"cells\": []}", 28), 0);
+	assert_int_equal(fd_write_all(fd, "{\"nbformat\": 4, \"cells\": []}", 28), 0);
 	close(fd);
 	assert_int_equal(nbrun__notebook_load(&nb, &f->ctx, f->dirfd, "ok.ipynb", 0), 0);
 	assert_non_null(nb);

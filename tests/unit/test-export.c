@@ -168,9 +168,9 @@ static void raw_put(int fd, const void *data, size_t len)
 {
 	static const char zero[512];
 
-	assert_int_equal(nbrun__write_all(fd, data, len), 0);
+	assert_int_equal(fd_write_all(fd, data, len), 0);
 	if (len % 512)
-		assert_int_equal(nbrun__write_all(fd, zero, 512 - len % 512), 0);
+		assert_int_equal(fd_write_all(fd, zero, 512 - len % 512), 0);
 }
 
 /* A pax 'x' header carrying path=..., then the file. */
@@ -302,7 +302,7 @@ static void raw_end(int fd)
 {
 	static const char zero[1024];
 
-	assert_int_equal(nbrun__write_all(fd, zero, sizeof(zero)), 0);
+	assert_int_equal(fd_write_all(fd, zero, sizeof(zero)), 0);
 	close(fd);
 }
 
@@ -1041,7 +1041,7 @@ static void garbage_archive(void **state)
 		junk[i] = (char)(i * 131 + 7);
 	fd = open(f->w.path, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	assert_true(fd >= 0);
-	assert_int_equal(nbrun__write_all(fd, junk, sizeof(junk)), 0);
+	assert_int_equal(fd_write_all(fd, junk, sizeof(junk)), 0);
 	close(fd);
 	run_export(f, false);
 	check_invariants(f);

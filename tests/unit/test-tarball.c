@@ -128,7 +128,7 @@ static void write_file(const char *dir, const char *name, const void *data, size
 	assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
 	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	assert_true(fd >= 0);
-	assert_int_equal(nbrun__write_all(fd, data, len), 0);
+	assert_int_equal(fd_write_all(fd, data, len), 0);
 	assert_int_equal(fchmod(fd, mode), 0);
 	close(fd);
 	free(p);
