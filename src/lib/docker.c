@@ -257,6 +257,11 @@ void nbrun__docker_set_cancel(struct nbrun__docker *d, const volatile sig_atomic
 	d->cancel = cancel;
 }
 
+void nbrun__docker_set_ctx(struct nbrun__docker *d, struct nbrun_ctx *ctx)
+{
+	d->ctx = ctx;
+}
+
 const char *nbrun__docker_api_version(const struct nbrun__docker *d)
 {
 	return d->api;

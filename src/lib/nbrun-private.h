@@ -176,6 +176,8 @@ int nbrun__docker_new(struct nbrun__docker **out, struct nbrun_ctx *ctx);
 void nbrun__docker_free(struct nbrun__docker *d);
 /* Abort a blocking call (wait, download) when *cancel becomes non-zero. */
 void nbrun__docker_set_cancel(struct nbrun__docker *d, const volatile sig_atomic_t *cancel);
+/* Messages go to ctx from now on (a handle used by another thread). */
+void nbrun__docker_set_ctx(struct nbrun__docker *d, struct nbrun_ctx *ctx);
 
 /*
  * One request. body may be NULL. The reply body is kept in reply (capped at
@@ -201,6 +203,116 @@ int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, co
 			      char *rest, size_t restlen, long timeout_ms);
 /* Negotiated API version, e.g. "1.41". */
 const char *nbrun__docker_api_version(const struct nbrun__docker *d);
+
+/* ---- sandbox.c: a started, hardened container behind a backend ------------ */
+
+/*
+ * A sandbox outlives one job: it is created and started (perhaps long before
+ * a job needs it), serves a job, and is destroyed. What it may do (no
+ * capabilities, seccomp, read-only root, no network...) is the backend's
+ * fixed policy; the spec only sizes it. Backends sit behind a versioned table
+ * of functions (the manner of libgit2's odb_backend), so that another engine
+ * or runtime plugs in without touching the job.
+ */
+struct nbrun__sandbox;
+
+struct nbrun__sandbox_spec {
+	const char *image;        /* NULL: jupyter-runtime:<version>, else :latest */
+	uint64_t memory_bytes;    /* swap equal */
+	uint64_t nano_cpus;
+	int64_t pids;
+	uint64_t disk_bytes;      /* /mnt/data */
+	uint64_t app_bytes;       /* /app */
+	bool network;             /* bridge instead of none */
+	const char *const *env;   /* "KEY=VALUE" */
+	size_t env_count;
+	unsigned int cell_timeout_s;
+};
+
+struct nbrun__sandbox_state {
+	bool running;
+	bool oom;      /* the engine saw the OOM killer end the container */
+	int exit_code;
+};
+
+#define NBRUN__SANDBOX_OPS_VERSION 1
+struct nbrun__sandbox_ops {
+	unsigned int version;
+	const char *name;
+	/* Reach the engine; set up sb->backend. */
+	int (*open)(struct nbrun__sandbox *sb);
+	/* Remove what killed runs left behind (cheap; errors ignored). */
+	void (*gc)(struct nbrun__sandbox *sb);
+	/* Resolve the image (sb->image) and create the sandbox, not started. */
+	int (*create)(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec);
+	int (*start)(struct nbrun__sandbox *sb);
+	/* Unpack an uncompressed tar at dest. */
+	int (*put_archive)(struct nbrun__sandbox *sb, const char *dest, const void *tar, size_t len);
+	/* src as an uncompressed tar into fd, at most max bytes (*cut when more);
+	 * NBRUN_ENOTFOUND when src does not exist. */
+	int (*get_archive)(struct nbrun__sandbox *sb, const char *src, int fd, uint64_t max,
+			   bool *cut);
+	/* Wait for a line starting with marker on the sandbox's stdout, as
+	 * nbrun__docker_wait_marker (1 seen, 0 stream ended, 2 timeout). */
+	int (*wait_line)(struct nbrun__sandbox *sb, const char *marker, char *rest, size_t restlen,
+			 long timeout_ms);
+	/* The last line on its stderr, one printable line or "". */
+	void (*last_error_line)(struct nbrun__sandbox *sb, char *out, size_t outlen);
+	int (*state)(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out);
+	/* Remove the sandbox and everything it holds; idempotent, never
+	 * cancelled, errors ignored. */
+	void (*destroy)(struct nbrun__sandbox *sb);
+	void (*free)(struct nbrun__sandbox *sb);
+};
+
+struct nbrun__sandbox {
+	const struct nbrun__sandbox_ops *ops;
+	struct nbrun_ctx *ctx;     /* the thread using it now */
+	const volatile sig_atomic_t *cancel;
+	char id[16];               /* random hex: names and the nbrun.run label */
+	char *image;               /* resolved by create */
+	void *backend;
+};
+
+extern const struct nbrun__sandbox_ops nbrun__sandbox_docker;
+
+/* 12 random hex digits (and a NUL). */
+int nbrun__random_id(struct nbrun_ctx *ctx, char out[16]);
+/* A new sandbox (reaching the engine, not created yet) on the given backend,
+ * named by id (at most 15 characters), or by a fresh random id when NULL. */
+int nbrun__sandbox_new(struct nbrun__sandbox **out, struct nbrun_ctx *ctx,
+		       const struct nbrun__sandbox_ops *ops, const char *id);
+/* Hand the sandbox to another thread's context and cancel flag. */
+void nbrun__sandbox_bind(struct nbrun__sandbox *sb, struct nbrun_ctx *ctx,
+			 const volatile sig_atomic_t *cancel);
+/* Destroy (when created) and release; NULL is fine. */
+void nbrun__sandbox_free(struct nbrun__sandbox *sb);
+
+/* ---- job.c: one notebook executed in a started sandbox --------------------- */
+
+struct nbrun__job {
+	struct nbrun_ctx *ctx;
+	struct nbrun__sandbox *sb;
+	const struct nbrun_run_options *opts;
+	struct nbrun__limits lim;
+	struct nbrun_result *result;
+	int out_fd;              /* the output directory */
+	const char *out_dir;     /* its absolute name */
+	uint64_t deadline_ms;    /* monotonic */
+	/* filled by the job */
+	struct nbrun__export_input *inputs;
+	size_t n_inputs;
+};
+
+/*
+ * Upload the inputs and the notebook, execute with the deadline, fetch the
+ * executed notebook and /mnt/data, parse and export them into the output
+ * directory, and set the result's status. 0 when the result says what
+ * happened; < 0 when the job could not be done (engine, cancel).
+ */
+int nbrun__job_run(struct nbrun__job *job, const char *notebook, size_t len);
+/* Release what the job filled (not the result, sandbox or directory). */
+void nbrun__job_release(struct nbrun__job *job);
 
 /* ---- gc.c ----------------------------------------------------------------- */
 

@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Docker sandbox backend: two bounded tmpfs volumes and a hardened
+ * container (no capabilities, seccomp, no-new-privileges, read-only root,
+ * no network, bounded memory, CPU, processes and files), reached through
+ * the Engine API, and removed with its volumes whatever happened.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nbrun-private.h"
+#include "text.h"
+
+#define DSB_UID 1000
+#define DSB_GID 1000
+#define DSB_TMPFS_SIZE "256m"
+#define DSB_CLEANUP_TIMEOUT_MS 20000L
+
+struct dsb {
+	struct nbrun__docker *docker;
+	char container[64];     /* name, set once created */
+	char vol_app[64];
+	char vol_data[64];
+	bool have_container, have_vol_app, have_vol_data;
+};
+
+/* The backend of sb, its engine handle speaking for the thread using sb now. */
+static struct dsb *dsb_of(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = sb->backend;
+
+	nbrun__docker_set_ctx(b->docker, sb->ctx);
+	nbrun__docker_set_cancel(b->docker, sb->cancel);
+	return b;
+}
+
+static int dsb_status(struct nbrun__sandbox *sb, int status, const char *what)
+{
+	if (status < 0)
+		return status;
+	if (status >= 400)
+		return nbrun__err(sb->ctx, NBRUN_EENGINE, "%s: %s", what, nbrun_ctx_errmsg(sb->ctx));
+	return 0;
+}
+
+static int dsb_open(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = calloc(1, sizeof(*b));
+	int rc;
+
+	if (!b)
+		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	rc = nbrun__docker_new(&b->docker, sb->ctx);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	snprintf(b->vol_app, sizeof(b->vol_app), "nbrun-%s-app", sb->id);
+	snprintf(b->vol_data, sizeof(b->vol_data), "nbrun-%s-data", sb->id);
+	sb->backend = b;
+	return 0;
+}
+
+static void dsb_free(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = sb->backend;
+
+	nbrun__docker_free(b->docker);
+	free(b);
+	sb->backend = NULL;
+}
+
+static void dsb_gc(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = dsb_of(sb);
+
+	nbrun__gc_orphans(b->docker, sb->ctx);
+}
+
+static int dsb_pick_image(struct nbrun__sandbox *sb, const char *want)
+{
+	struct dsb *b = sb->backend;
+	char path[512];
+	int status;
+
+	free(sb->image);
+	if (want) {
+		sb->image = strdup(want); /* its name was checked with the other options */
+	} else if (asprintf(&sb->image, "%s:%s", NBRUN_DEFAULT_IMAGE, NBRUN_VERSION) < 0) {
+		sb->image = NULL;
+	}
+	if (!sb->image)
+		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	for (int attempt = 0; attempt < 2; attempt++) {
+		snprintf(path, sizeof(path), "/images/%s/json", sb->image);
+		status = nbrun__docker_json(b->docker, "GET", path, NULL, NULL, 0);
+		if (status < 0)
+			return status;
+		if (status == 200)
+			return 0;
+		if (status != 404)
+			return dsb_status(sb, status, "cannot inspect the image");
+		if (want || attempt)
+			break;
+		free(sb->image);
+		if (asprintf(&sb->image, "%s:latest", NBRUN_DEFAULT_IMAGE) < 0) {
+			sb->image = NULL;
+			return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+		}
+	}
+	return nbrun__err(sb->ctx, NBRUN_ENOIMAGE,
+			  "image %s is not on the engine: build it with scripts/setup", sb->image);
+}
+
+static json_t *dsb_labels(const struct nbrun__sandbox *sb)
+{
+	char pid[32], created[32], host[256] = "";
+
+	snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+	snprintf(created, sizeof(created), "%lld", (long long)time(NULL));
+	gethostname(host, sizeof(host) - 1);
+	return json_pack("{s:s, s:s, s:s, s:s}", NBRUN_LABEL, sb->id, "nbrun.pid", pid, "nbrun.host",
+			 host, "nbrun.created", created);
+}
+
+static int dsb_create_volume(struct nbrun__sandbox *sb, const char *name, uint64_t bytes,
+			     bool *have)
+{
+	struct dsb *b = sb->backend;
+	char opt[128];
+	json_t *body;
+	int status;
+
+	/* tmpfs volumes: bounded, in memory, gone with the volume; and unlike a
+	 * plain Tmpfs mount the archive API sees them. */
+	snprintf(opt, sizeof(opt), "size=%llu,uid=%d,gid=%d,mode=0755", (unsigned long long)bytes,
+		 DSB_UID, DSB_GID);
+	body = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:o}", "Name", name, "Driver", "local",
+			 "DriverOpts", "type", "tmpfs", "device", "tmpfs", "o", opt, "Labels",
+			 dsb_labels(sb));
+	if (!body)
+		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	status = nbrun__docker_json(b->docker, "POST", "/volumes/create", body, NULL, 0);
+	json_decref(body);
+	if (status >= 200 && status < 300)
+		*have = true;
+	return dsb_status(sb, status, "cannot create a volume");
+}
+
+/*
+ * The seccomp profile: everything a Python data stack needs is allowed, and
+ * what a sandbox has no business doing is refused with EPERM, ptrace and
+ * cross-process memory access included (the engine's default profile allows
+ * ptrace between the container's own processes). Namespace creation is
+ * refused in unshare, setns and clone; clone3 answers ENOSYS so that libc
+ * falls back to clone, where the flags can be inspected. mknod stays: without
+ * CAP_MKNOD it makes only FIFOs, which export skips.
+ */
+static char *dsb_seccomp_option(void)
+{
+	static const char *const denied[] = {
+		"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+		"mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+		"fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+		"bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+		"init_module", "finit_module", "delete_module", "create_module", "kexec_load",
+		"kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl",
+		"name_to_handle_at", "open_by_handle_at", "lookup_dcookie", "settimeofday",
+		"clock_settime", "clock_adjtime", "adjtimex", "stime", "iopl", "ioperm", "uselib",
+		"sysfs", "_sysctl", "ustat", "nfsservctl", "vm86", "vm86old", "personality",
+		"syslog", "vhangup", "get_kernel_syms", "query_module",
+	};
+	/* CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET */
+	static const json_int_t ns_flags[] = { 0x00020000, 0x02000000, 0x04000000, 0x08000000,
+					       0x10000000, 0x20000000, 0x40000000 };
+	json_t *names = json_array(), *rules, *profile;
+	char *text, *opt = NULL;
+
+	for (size_t i = 0; names && i < sizeof(denied) / sizeof(denied[0]); i++)
+		json_array_append_new(names, json_string(denied[i]));
+	rules = json_pack("[{s:o, s:s, s:i}, {s:[s], s:s, s:i}]", "names", names, "action",
+			  "SCMP_ACT_ERRNO", "errnoRet", 1, "names", "clone3", "action",
+			  "SCMP_ACT_ERRNO", "errnoRet", 38);
+	for (size_t i = 0; rules && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
+		json_array_append_new(rules, json_pack("{s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}",
+						       "names", "clone", "action", "SCMP_ACT_ERRNO",
+						       "errnoRet", 1, "args", "index", 0, "value",
+						       ns_flags[i], "valueTwo", ns_flags[i], "op",
+						       "SCMP_CMP_MASKED_EQ"));
+	profile = rules ? json_pack("{s:s, s:o}", "defaultAction", "SCMP_ACT_ALLOW", "syscalls", rules)
+			: NULL;
+	text = profile ? json_dumps(profile, JSON_COMPACT) : NULL;
+	if (text && asprintf(&opt, "seccomp=%s", text) < 0)
+		opt = NULL;
+	free(text);
+	json_decref(profile);
+	return opt;
+}
+
+static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *o)
+{
+	struct dsb *b = sb->backend;
+	char cell_s[32];
+	char *seccomp = dsb_seccomp_option();
+	json_t *env, *spec;
+
+	if (!seccomp)
+		return NULL;
+	snprintf(cell_s, sizeof(cell_s), "%u", o->cell_timeout_s ? o->cell_timeout_s : 1);
+	env = json_array();
+	for (size_t i = 0; env && i < o->env_count; i++)
+		json_array_append_new(env, json_string(o->env[i]));
+	spec = json_pack(
+		"{s:s, s:[s,s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b,"
+		" s:{s:s, s:[s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
+		"    s:{s:s, s:{s:s, s:s}}, s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}], s:b,"
+		"    s:[{s:s, s:I, s:I}], s:s}}",
+		"Image", sb->image, "Cmd", "/opt/nbrun/nbrun-exec", cell_s, "Env", env, "User",
+		"1000:1000", "WorkingDir", "/mnt/data", "Labels", dsb_labels(sb), "NetworkDisabled",
+		!o->network, "AttachStdin", 0, "OpenStdin", 0, "Tty", 0, "HostConfig", "NetworkMode",
+		o->network ? "bridge" : "none", "CapDrop", "ALL", "SecurityOpt", "no-new-privileges",
+		seccomp, "PidsLimit", (json_int_t)o->pids, "Memory", (json_int_t)o->memory_bytes,
+		"MemorySwap", (json_int_t)o->memory_bytes, "NanoCpus", (json_int_t)o->nano_cpus, "Init",
+		1, "ReadonlyRootfs", 1, "Tmpfs", "/tmp",
+		"rw,nosuid,nodev,size=" DSB_TMPFS_SIZE ",mode=1777", "LogConfig", "Type", "json-file",
+		"Config", "max-size", "1m", "max-file", "1", "Mounts", "Type", "volume", "Source",
+		b->vol_app, "Target", "/app", "Type", "volume", "Source", b->vol_data, "Target",
+		"/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft", (json_int_t)4096,
+		"Hard", (json_int_t)4096, "IpcMode", "private");
+	free(seccomp);
+	return spec;
+}
+
+static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[128];
+	json_t *body;
+	int rc, status;
+
+	rc = dsb_pick_image(sb, spec->image);
+	if (rc < 0)
+		return rc;
+	rc = dsb_create_volume(sb, b->vol_app, spec->app_bytes, &b->have_vol_app);
+	if (rc == 0)
+		rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
+	if (rc < 0)
+		return rc;
+	body = dsb_container_spec(sb, spec);
+	if (!body)
+		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	snprintf(path, sizeof(path), "/containers/create?name=nbrun-%s", sb->id);
+	status = nbrun__docker_json(b->docker, "POST", path, body, NULL, 0);
+	json_decref(body);
+	if (status >= 200 && status < 300) {
+		snprintf(b->container, sizeof(b->container), "nbrun-%s", sb->id);
+		b->have_container = true;
+	}
+	return dsb_status(sb, status, "cannot create the container");
+}
+
+static int dsb_start(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[128];
+
+	snprintf(path, sizeof(path), "/containers/%s/start", b->container);
+	return dsb_status(sb, nbrun__docker_json(b->docker, "POST", path, NULL, NULL, 0),
+			  "cannot start the container");
+}
+
+static int dsb_put_archive(struct nbrun__sandbox *sb, const char *dest, const void *data,
+			   size_t len)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[256];
+	struct buf reply = BUF_INIT(64 * 1024);
+	int status;
+
+	snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", b->container, dest);
+	status = nbrun__docker_request(b->docker, "PUT", path, "application/x-tar", data, len, &reply,
+				       120000);
+	if (status >= 400) {
+		json_t *j = json_loadb(reply.data ? reply.data : "", reply.len, 0, NULL);
+		nbrun__err(sb->ctx, NBRUN_EENGINE, "upload to %s failed: HTTP %d: %.200s", dest, status,
+			   json_string_value(json_object_get(j, "message")) ?: "");
+		json_decref(j);
+		status = NBRUN_EENGINE;
+	}
+	buf_free(&reply);
+	return status < 0 ? status : 0;
+}
+
+static int dsb_get_archive(struct nbrun__sandbox *sb, const char *src, int fd, uint64_t max,
+			   bool *cut)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[256];
+	int rc;
+
+	*cut = false;
+	snprintf(path, sizeof(path), "/containers/%s/archive?path=%s", b->container, src);
+	rc = nbrun__docker_download(b->docker, path, fd, max, 120000);
+	if (rc < 0)
+		return rc;
+	*cut = rc == 1;
+	return 0;
+}
+
+static int dsb_wait_line(struct nbrun__sandbox *sb, const char *marker, char *rest,
+			 size_t restlen, long timeout_ms)
+{
+	struct dsb *b = dsb_of(sb);
+
+	return nbrun__docker_wait_marker(b->docker, b->container, marker, rest, restlen, timeout_ms);
+}
+
+static void dsb_last_error_line(struct nbrun__sandbox *sb, char *out, size_t outlen)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[160];
+	struct buf raw = BUF_INIT(64 * 1024), text = BUF_INIT(64 * 1024);
+	size_t off = 0;
+	char *line, *end;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/containers/%s/logs?stdout=0&stderr=1&tail=20", b->container);
+	if (nbrun__docker_request(b->docker, "GET", path, NULL, NULL, 0, &raw, 10000) != 200)
+		goto out;
+	/* Multiplexed frames: 8-byte header (stream, 0, 0, 0, big-endian length). */
+	while (raw.data && off + 8 <= raw.len) {
+		const unsigned char *h = (const unsigned char *)raw.data + off;
+		size_t n = ((size_t)h[4] << 24) | ((size_t)h[5] << 16) | ((size_t)h[6] << 8) | h[7];
+		if (n > raw.len - off - 8)
+			n = raw.len - off - 8;
+		buf_append(&text, raw.data + off + 8, n);
+		off += 8 + n;
+	}
+	if (!text.data)
+		goto out;
+	end = text.data + text.len;
+	while (end > text.data && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
+		*--end = '\0';
+	line = memrchr(text.data, '\n', (size_t)(end - text.data));
+	line = line ? line + 1 : text.data;
+	/* The code in the sandbox can write this line (pid 1's stderr is open to
+	 * it): keep it one printable line of valid UTF-8, or drop it. */
+	for (char *c = line; c < end; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = ' ';
+		else if ((unsigned char)c[0] == 0xc2 && c + 1 < end && (unsigned char)c[1] >= 0x80 &&
+			 (unsigned char)c[1] <= 0x9f)
+			c[0] = c[1] = ' ';
+	if (!text_utf8_valid(line, (size_t)(end - line)))
+		goto out;
+	snprintf(out, outlen, "%s", line);
+	/* A cut line may end inside a UTF-8 sequence: drop its bytes (at most 3). */
+	for (size_t n = strlen(out); n > 0 && !text_utf8_valid(out, n); n--)
+		out[n - 1] = '\0';
+out:
+	buf_free(&raw);
+	buf_free(&text);
+}
+
+static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[128];
+	json_t *j = NULL, *state;
+	int status;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", b->container);
+	status = nbrun__docker_json(b->docker, "GET", path, NULL, &j, 0);
+	if (status != 200) {
+		json_decref(j);
+		return dsb_status(sb, status < 0 ? status : 500, "cannot inspect the container");
+	}
+	state = json_object_get(j, "State");
+	out->oom = json_is_true(json_object_get(state, "OOMKilled"));
+	out->exit_code = (int)json_integer_value(json_object_get(state, "ExitCode"));
+	out->running = json_is_true(json_object_get(state, "Running"));
+	json_decref(j);
+	return 0;
+}
+
+static void dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
+		       bool *have)
+{
+	char path[160];
+
+	if (!*have)
+		return;
+	snprintf(path, sizeof(path), "/%s/%s?%s", kind, name, query);
+	nbrun__docker_json(b->docker, "DELETE", path, NULL, NULL, DSB_CLEANUP_TIMEOUT_MS);
+	*have = false;
+}
+
+static void dsb_destroy(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = dsb_of(sb);
+
+	/* Removal runs even after a cancel: lift the flag for these requests. */
+	nbrun__docker_set_cancel(b->docker, NULL);
+	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container);
+	dsb_delete(b, "volumes", b->vol_app, "force=1", &b->have_vol_app);
+	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data);
+}
+
+const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
+	.version = NBRUN__SANDBOX_OPS_VERSION,
+	.name = "docker",
+	.open = dsb_open,
+	.gc = dsb_gc,
+	.create = dsb_create,
+	.start = dsb_start,
+	.put_archive = dsb_put_archive,
+	.get_archive = dsb_get_archive,
+	.wait_line = dsb_wait_line,
+	.last_error_line = dsb_last_error_line,
+	.state = dsb_state,
+	.destroy = dsb_destroy,
+	.free = dsb_free,
+};
