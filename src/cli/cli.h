@@ -5,7 +5,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
+
+#include <jansson.h>
 
 #include "nbrun.h"
 
@@ -100,6 +103,8 @@ int cli_exit_for_error(int err);
 
 /* Human output of a result (stdout/stderr of the code, value, error, images, files). */
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color);
+/* The same from a result document (a server's reply). */
+void cli_print_doc(FILE *fp, const json_t *doc, bool color);
 /*
  * The end of run and parse: rc < 0 prints the context's message; else the
  * result, human or --json. Returns the exit code.
@@ -112,5 +117,27 @@ int cmd_run(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+/*
+ * nbrun run --server: send one run to an nbrun serve and handle its reply
+ * as a local run would (print, write -o DIR, exit code). remote.c.
+ */
+struct cli_remote {
+	const char *server;     /* http://HOST:PORT[/prefix] or unix:/path/to/sock */
+	const char *token_file; /* NULL: NBRUN_TOKEN, NBRUN_TOKEN_FILE, then the default state dir's */
+	const char *code;       /* or */
+	const char *notebook;   /* .ipynb text */
+	size_t notebook_len;
+	const char *const *files;
+	size_t file_count;
+	const char *const *env;
+	size_t env_count;
+	uint64_t timeout_ms;    /* 0: the server's */
+	const char *out_dir;    /* NULL: ./nbrun-out/<run-id> */
+	bool json;
+	const volatile sig_atomic_t *cancel;
+};
+int cli_remote_run(const struct cli_remote *r);
 
 #endif

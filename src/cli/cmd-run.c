@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -30,6 +31,12 @@ static void run_help(void)
 	       "the cells before it. A .ipynb is run as it is.\n"
 	       "\n"
 	       "  -c, --code CODE       the code to run\n"
+	       "Remote (an 'nbrun serve' runs it; same output, files and exit codes):\n"
+	       "  --server URL          http://HOST:PORT or unix:/path/to/socket (or NBRUN_SERVER);\n"
+	       "                        -f (files only), -e and --timeout are sent, the other\n"
+	       "                        limits are the server's\n"
+	       "  --token-file FILE     bearer token (else NBRUN_TOKEN, NBRUN_TOKEN_FILE, then\n"
+	       "                        the token file of a server on this machine)\n"
 	       "%s"
 	       "Output:\n"
 	       "  -o, --out DIR         output directory (default ./nbrun-out/<run-id>); it receives\n"
@@ -92,16 +99,68 @@ static bool ends_with(const char *s, const char *suffix)
 	return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* Limits that are the server's to set: refused with --server rather than silently ignored. */
+static const char *run_local_only(int opt)
+{
+	switch (opt) {
+	case CLI_OPT_CELL_TIMEOUT: return "--cell-timeout";
+	case CLI_OPT_MEMORY: return "--memory";
+	case CLI_OPT_CPUS: return "--cpus";
+	case CLI_OPT_PIDS: return "--pids";
+	case CLI_OPT_DISK: return "--disk";
+	case CLI_OPT_NETWORK: return "--network";
+	case CLI_OPT_IMAGE: return "--image";
+	case CLI_OPT_MAX_OUTPUT: return "--max-output";
+	}
+	return NULL;
+}
+
+static int run_remote(struct cli_run_args *args, const char *server, const char *token_file,
+		      const char *code, const char *input, const char *text, size_t text_len,
+		      bool json, bool timeout_set)
+{
+	struct cli_remote r;
+	struct stat st;
+
+	for (size_t i = 0; i < args->nfiles; i++)
+		if (stat(args->files[i], &st) < 0 || !S_ISREG(st.st_mode))
+			return cli_usage_error("run", "-f %s: with --server only regular files can be sent",
+					       args->files[i]);
+	memset(&r, 0, sizeof(r));
+	r.server = server;
+	r.token_file = token_file;
+	if (input && ends_with(input, ".ipynb")) {
+		r.notebook = text;
+		r.notebook_len = text_len;
+	} else {
+		r.code = code ? code : text;
+	}
+	r.files = args->files;
+	r.file_count = args->nfiles;
+	r.env = args->env;
+	r.env_count = args->nenv;
+	r.timeout_ms = timeout_set ? args->opts.timeout_ms : 0;
+	r.out_dir = args->opts.out_dir;
+	r.json = json;
+	r.cancel = &run_interrupted;
+	return cli_remote_run(&r);
+}
+
 int cmd_run(int argc, char **argv)
 {
+	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE };
 	static const struct option longopts[] = {
 		{ "code", required_argument, NULL, 'c' },
+		{ "server", required_argument, NULL, OPT_SERVER },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_run_args args;
-	const char *code = NULL, *input = NULL;
+	const char *code = NULL, *input = NULL, *server = getenv("NBRUN_SERVER"), *token_file = NULL;
+	const char *local_only = NULL;
+	bool timeout_set = false;
 	char *text = NULL;
 	size_t text_len = 0;
 	bool json = false, quiet = false;
@@ -119,6 +178,8 @@ int cmd_run(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "c:f:e:o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': code = optarg; break;
+		case OPT_SERVER: server = optarg; break;
+		case OPT_TOKEN_FILE: token_file = optarg; break;
 		case 'o': args.opts.out_dir = optarg; break;
 		case 'q': quiet = true; break;
 		case CLI_OPT_JSON: json = true; break;
@@ -134,6 +195,9 @@ int cmd_run(int argc, char **argv)
 				ret = CLI_EXIT_USAGE;
 				goto out;
 			}
+			if (run_local_only(c))
+				local_only = run_local_only(c);
+			timeout_set |= c == CLI_OPT_TIMEOUT;
 		}
 	}
 	if (optind < argc)
@@ -147,6 +211,17 @@ int cmd_run(int argc, char **argv)
 						  : "no code: give -c CODE, a FILE.py, a FILE.ipynb or - for stdin");
 		goto out;
 	}
+	if (server && !*server)
+		server = NULL;
+	if (server && local_only) {
+		ret = cli_usage_error("run", "%s is the server's to set; it cannot be used with --server",
+				      local_only);
+		goto out;
+	}
+	if (token_file && !server) {
+		ret = cli_usage_error("run", "--token-file goes with --server");
+		goto out;
+	}
 	if (cli_run_args_finish(&args, "run")) {
 		ret = CLI_EXIT_USAGE;
 		goto out;
@@ -154,6 +229,14 @@ int cmd_run(int argc, char **argv)
 	if (input && read_all(&text, &text_len, input) < 0)
 		goto out;
 	args.opts.cancel = &run_interrupted;
+	if (server) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = run_on_signal;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		ret = run_remote(&args, server, token_file, code, input, text, text_len, json, timeout_set);
+		goto out;
+	}
 	if (!quiet && isatty(STDERR_FILENO))
 		args.opts.progress = run_progress;
 

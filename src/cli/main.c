@@ -11,6 +11,7 @@ static const struct cli_cmd commands[] = {
 	{ "run", cmd_run, "Run Python code in a fresh locked-down container" },
 	{ "parse", cmd_parse, "Read an executed notebook into a result (no engine needed)" },
 	{ "batch", cmd_batch, "Run many notebooks in parallel, with parameters, and report" },
+	{ "serve", cmd_serve, "Answer an HTTP API that runs code, with bearer-token auth" },
 	{ "gc", cmd_gc, "Remove containers and volumes left by killed runs" },
 };
 

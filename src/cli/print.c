@@ -108,16 +108,24 @@ static void print_paths(FILE *fp, const json_t *list, const char *title, const c
 
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color)
 {
-	const char *status, *out_dir;
 	char *text = NULL;
-	json_t *doc = NULL, *e;
-	size_t i;
+	json_t *doc = NULL;
 
 	/* The public API hands out the document; reading it back keeps one source of truth. */
-	if (nbrun_result_to_json(&text, r, 0) < 0 || !(doc = json_loads(text, JSON_ALLOW_NUL, NULL))) {
+	if (nbrun_result_to_json(&text, r, 0) < 0 || !(doc = json_loads(text, JSON_ALLOW_NUL, NULL)))
 		cli_error("out of memory printing the result");
-		goto out;
-	}
+	else
+		cli_print_doc(fp, doc, color);
+	json_decref(doc);
+	free(text);
+}
+
+void cli_print_doc(FILE *fp, const json_t *doc, bool color)
+{
+	const char *status, *out_dir;
+	json_t *e;
+	size_t i;
+
 	out_dir = json_string_value(json_object_get(doc, "out_dir"));
 	put_block(fp, str(doc, "stdout"));
 	put_block(fp, str(doc, "stderr"));
@@ -158,10 +166,7 @@ void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color)
 		}
 		fputc('\n', fp);
 	}
-out:
 	fflush(fp);
-	json_decref(doc);
-	free(text);
 }
 
 int cli_print_json(const struct nbrun_result *r)

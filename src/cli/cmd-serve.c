@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun serve: options, state directory, token, listening socket, retention and shutdown. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "path.h"
+#include "cli.h"
+#include "serve.h"
+
+/* How long SIGTERM waits for cancelled runs to clean up before giving up on them. */
+#define SERVE_STOP_WAIT_MS 20000
+#define SERVE_JANITOR_MS 10000
+
+static volatile sig_atomic_t serve_stopping;
+
+static void serve_on_signal(int sig)
+{
+	serve_stopping = 1;
+}
+
+static void serve_help(void)
+{
+	printf("Usage: nbrun serve [OPTIONS]\n"
+	       "\n"
+	       "Answer an HTTP API that runs code like 'nbrun run', each run in its own fresh\n"
+	       "locked-down container, until SIGTERM or SIGINT (which cancel running runs,\n"
+	       "remove their containers and exit 0).\n"
+	       "\n"
+	       "  POST /v1/runs                 {\"code\": ...} or {\"notebook\": {...}, \"parameters\": {...}},\n"
+	       "                                \"files\": [{\"path\", \"content_base64\"}], \"env\": {}, \"timeout\": \"60s\"\n"
+	       "                                -> the result document, images and files with a url and,\n"
+	       "                                when small, content_base64\n"
+	       "  GET  /v1/runs/ID[/notebook|/images/NAME|/files/PATH]   a kept run's outputs\n"
+	       "  GET  /v1/health               no token needed, no secrets\n"
+	       "  GET  /metrics                 Prometheus text\n"
+	       "Every request but health needs 'Authorization: Bearer TOKEN'.\n"
+	       "\n"
+	       "Server:\n"
+	       "  --listen HOST:PORT    TCP address (default 127.0.0.1:%d; port 0 picks one)\n"
+	       "  --socket PATH         a unix socket instead (mode 0660, removed on exit)\n"
+	       "  --token-file FILE     the bearer token (first line); without it a random token\n"
+	       "                        is written to STATE/token (0600), and only loopback\n"
+	       "                        addresses and unix sockets are allowed\n"
+	       "  --state-dir DIR       runs and token (default $NBRUN_STATE_DIR, /var/lib/nbrun as\n"
+	       "                        root, else $XDG_STATE_HOME/nbrun or ~/.local/state/nbrun)\n"
+	       "  --max-runs N          runs executing at once; more get 503 (default 2 x cores)\n"
+	       "  --keep N              finished runs kept under STATE/runs (default %d)\n"
+	       "  --retention DURATION  how long a finished run is kept (default 1h)\n"
+	       "  --pool N              pool size (warm sandboxes; 0 = every run cold). Accepted and\n"
+	       "                        reported in /v1/health; the warm pool is not built yet, so\n"
+	       "                        every run is cold whatever N is (default 0)\n"
+	       "  -h, --help            this text\n"
+	       "Run defaults and limits (a request may lower the timeout, not raise it; -e\n"
+	       "variables go to every run, a request's env wins on the same name):\n"
+	       "%s"
+	       "\n"
+	       "Limits: request body 64 MiB (413 beyond); images and files inlined as base64 when\n"
+	       "each is at most 1 MiB and all inlined at most 8 MiB (always reachable by url);\n"
+	       "idle connections closed after %d s; at most 256 connections.\n"
+	       "\n"
+	       "Exit codes: 0 stopped by a signal, 2 usage, 5 cannot listen or write the state.\n",
+	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, cli_run_options_help, SERVE_CONN_TIMEOUT_S);
+}
+
+/* ---- state directory --------------------------------------------------------------- */
+
+char *serve_default_state_dir(void)
+{
+	const char *e = getenv("NBRUN_STATE_DIR");
+	char *dir = NULL;
+
+	if (e && *e)
+		return strdup(e);
+	if (geteuid() == 0)
+		return strdup("/var/lib/nbrun");
+	e = getenv("XDG_STATE_HOME");
+	if (e && *e == '/') {
+		if (asprintf(&dir, "%s/nbrun", e) < 0)
+			dir = NULL;
+		return dir;
+	}
+	e = getenv("HOME");
+	if (!e || !*e)
+		return NULL;
+	if (asprintf(&dir, "%s/.local/state/nbrun", e) < 0)
+		dir = NULL;
+	return dir;
+}
+
+int serve_rm_tree(int parent, const char *name)
+{
+	struct stat st;
+	struct dirent *de;
+	DIR *d;
+	int fd, rc = 0;
+
+	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(parent, name, 0) < 0 ? -errno : 0;
+	fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    serve_rm_tree(dirfd(d), de->d_name) < 0)
+			rc = -EIO;
+	closedir(d);
+	if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+struct serve_kept {
+	char name[80];
+	time_t mtime;
+};
+
+static int serve_kept_newest_first(const void *a, const void *b)
+{
+	const struct serve_kept *x = a, *y = b;
+	return x->mtime < y->mtime ? 1 : x->mtime > y->mtime ? -1 : strcmp(x->name, y->name);
+}
+
+/*
+ * Remove finished runs older than the retention, then the oldest beyond
+ * --keep. With startup set, also what a killed server left: pending run
+ * directories and uploaded files.
+ */
+static void serve_janitor(struct serve *s, bool startup)
+{
+	struct serve_kept *kept = NULL;
+	size_t n = 0, alloc = 0;
+	time_t now = time(NULL);
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+	int fd = dup(s->runs_fd);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		if (startup && !strncmp(de->d_name, ".run-", 5)) {
+			serve_rm_tree(s->runs_fd, de->d_name);
+			continue;
+		}
+		if (!serve_run_id_valid(de->d_name) || strlen(de->d_name) >= sizeof(kept->name) ||
+		    fstatat(s->runs_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if ((uint64_t)(now - st.st_mtime) * 1000 > s->retention_ms) {
+			serve_rm_tree(s->runs_fd, de->d_name);
+			continue;
+		}
+		if (n == alloc) {
+			struct serve_kept *k = realloc(kept, (alloc ? alloc * 2 : 64) * sizeof(*k));
+			if (!k)
+				break;
+			kept = k;
+			alloc = alloc ? alloc * 2 : 64;
+		}
+		memcpy(kept[n].name, de->d_name, strlen(de->d_name) + 1); /* checked above */
+		kept[n++].mtime = st.st_mtime;
+	}
+	closedir(d);
+	if (n > s->keep_runs) {
+		qsort(kept, n, sizeof(*kept), serve_kept_newest_first);
+		for (size_t i = s->keep_runs; i < n; i++)
+			serve_rm_tree(s->runs_fd, kept[i].name);
+	}
+	free(kept);
+}
+
+static int serve_open_state(struct serve *s, const char *dir)
+{
+	char cwd[4096], *tmp = NULL;
+	int fd, rc = -1;
+
+	if (dir[0] == '/')
+		s->state_dir = strdup(dir);
+	else if (getcwd(cwd, sizeof(cwd)) && asprintf(&s->state_dir, "%s/%s", cwd, dir) < 0)
+		s->state_dir = NULL;
+	if (!s->state_dir || asprintf(&s->runs_dir, "%s/runs", s->state_dir) < 0 ||
+	    asprintf(&tmp, "%s/tmp", s->state_dir) < 0) {
+		s->runs_dir = NULL;
+		tmp = NULL;
+		cli_error("out of memory");
+		goto out;
+	}
+	if (path_mkdir_p(s->runs_dir, 0700) < 0 || path_mkdir_p(tmp, 0700) < 0) {
+		cli_error("cannot create the state directory %s: %s", s->state_dir, strerror(errno));
+		goto out;
+	}
+	s->runs_fd = open(s->runs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->runs_fd < 0 || fd < 0) {
+		cli_error("cannot open the state directory %s: %s", s->state_dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	/* Uploaded files of requests a killed server never finished. */
+	serve_rm_tree(fd, "tmp");
+	mkdirat(fd, "tmp", 0700);
+	close(fd);
+	rc = 0;
+out:
+	free(tmp);
+	return rc;
+}
+
+/* ---- token ------------------------------------------------------------------------ */
+
+static int serve_read_token(struct serve *s, const char *path)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f) {
+		cli_error("cannot read the token file %s: %s", path, strerror(errno));
+		return -1;
+	}
+	n = fread(s->token, 1, SERVE_TOKEN_MAX, f);
+	fclose(f);
+	s->token[n] = '\0';
+	s->token[strcspn(s->token, "\r\n")] = '\0';
+	n = strlen(s->token);
+	while (n && (s->token[n - 1] == ' ' || s->token[n - 1] == '\t'))
+		s->token[--n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s->token[i] <= 0x20 || (unsigned char)s->token[i] == 0x7f) {
+			cli_error("the token in %s has spaces or control characters", path);
+			return -1;
+		}
+	if (n < 16) {
+		cli_error("the token in %s is shorter than 16 characters", path);
+		return -1;
+	}
+	return 0;
+}
+
+/* 32 random bytes as hex, written 0600 to STATE/token (temp file + rename). */
+static int serve_make_token(struct serve *s)
+{
+	unsigned char raw[32];
+	char *path = NULL, *tmp = NULL;
+	int fd = -1, rc = -1;
+	size_t len;
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		cli_error("cannot get random bytes for the token: %s", strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(s->token + 2 * i, 3, "%02x", raw[i]);
+	if (asprintf(&path, "%s/token", s->state_dir) < 0 ||
+	    asprintf(&tmp, "%s/token.tmp", s->state_dir) < 0) {
+		path = tmp = NULL;
+		cli_error("out of memory");
+		goto out;
+	}
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	len = strlen(s->token);
+	if (fd < 0 || write(fd, s->token, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
+	    fsync(fd) < 0 || close(fd) < 0 || (fd = -1, rename(tmp, path) < 0)) {
+		cli_error("cannot write the token to %s: %s", path, strerror(errno));
+		goto out;
+	}
+	fd = -1;
+	fprintf(stderr, "nbrun: serve: token written to %s (send 'Authorization: Bearer TOKEN')\n",
+		path);
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0 && tmp)
+		unlink(tmp);
+	free(path);
+	free(tmp);
+	return rc;
+}
+
+/* ---- listening ------------------------------------------------------------------- */
+
+static bool serve_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
+/* HOST:PORT or [V6]:PORT. Returns a listening socket, -1 (error printed) or -2 (usage). */
+static int serve_listen_tcp(const char *spec, bool have_token)
+{
+	struct addrinfo hints, *res = NULL;
+	char host[256], buf[INET6_ADDRSTRLEN + 8];
+	const char *port, *colon;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd = -1, one = 1, rc;
+
+	colon = strrchr(spec, ':');
+	if (!colon || colon == spec || !colon[1] || (size_t)(colon - spec) >= sizeof(host)) {
+		cli_usage_error("serve", "--listen wants HOST:PORT, not '%s'", spec);
+		return -2;
+	}
+	port = colon + 1;
+	if (spec[0] == '[' && colon[-1] == ']')
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - spec - 2), spec + 1);
+	else
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0) {
+		cli_usage_error("serve", "--listen %s: %s", spec, gai_strerror(rc));
+		return -2;
+	}
+	if (!have_token && !serve_loopback(res->ai_addr)) {
+		freeaddrinfo(res);
+		cli_usage_error("serve", "refusing to listen on %s, which is not a loopback address, "
+					 "without --token-file", spec);
+		return -2;
+	}
+	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+		cli_error("cannot listen on %s: %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(res);
+		return -1;
+	}
+	freeaddrinfo(res);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+							 : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+		unsigned int p = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							       : ((struct sockaddr_in *)&ss)->sin_port);
+		inet_ntop(ss.ss_family, a, buf, sizeof(buf));
+		fprintf(stderr, ss.ss_family == AF_INET6 ? "nbrun: serve: listening on http://[%s]:%u\n"
+							 : "nbrun: serve: listening on http://%s:%u\n",
+			buf, p);
+	}
+	return fd;
+}
+
+static int serve_listen_unix(const char *path)
+{
+	struct sockaddr_un sun;
+	struct stat st;
+	mode_t old;
+	int fd, probe, rc;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		cli_usage_error("serve", "--socket %s: path longer than %zu bytes", path,
+				sizeof(sun.sun_path) - 1);
+		return -2;
+	}
+	memcpy(sun.sun_path, path, strlen(path));
+	if (lstat(path, &st) == 0) {
+		/* A socket nobody listens on is what a killed server left: take it over. */
+		probe = S_ISSOCK(st.st_mode) ? socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+		rc = probe >= 0 ? connect(probe, (struct sockaddr *)&sun, sizeof(sun)) : 0;
+		if (probe >= 0 && rc < 0 && errno == ECONNREFUSED) {
+			unlink(path);
+		} else {
+			cli_error("%s exists%s", path, S_ISSOCK(st.st_mode) ? " and a server answers on it" : "");
+			if (probe >= 0)
+				close(probe);
+			return -1;
+		}
+		close(probe);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	old = umask(0117);
+	rc = fd >= 0 ? bind(fd, (struct sockaddr *)&sun, sizeof(sun)) : -1;
+	umask(old);
+	if (rc < 0 || listen(fd, 128) < 0) {
+		cli_error("cannot listen on %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	fprintf(stderr, "nbrun: serve: listening on unix:%s\n", path);
+	return fd;
+}
+
+/* ---- command ---------------------------------------------------------------------- */
+
+static void serve_wait_idle(struct serve *s, uint64_t ms)
+{
+	uint64_t until = clock_mono_ms() + ms;
+
+	pthread_mutex_lock(&s->lock);
+	while (s->runs_active && clock_mono_ms() < until) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->idle, &s->lock, &ts);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	enum {
+		OPT_LISTEN = CLI_OPT_FIRST_LOCAL, OPT_SOCKET, OPT_TOKEN_FILE, OPT_POOL, OPT_STATE_DIR,
+		OPT_MAX_RUNS, OPT_KEEP, OPT_RETENTION,
+	};
+	static const struct option longopts[] = {
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "pool", required_argument, NULL, OPT_POOL },
+		{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
+		{ "max-runs", required_argument, NULL, OPT_MAX_RUNS },
+		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "retention", required_argument, NULL, OPT_RETENTION },
+		{ "help", no_argument, NULL, 'h' },
+		CLI_RUN_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_run_args args;
+	struct serve s;
+	struct serve_http *http = NULL;
+	const char *listen_spec = NULL, *sock_path = NULL, *token_file = NULL;
+	char *state_dir = NULL, default_listen[32];
+	struct sigaction sa;
+	int64_t n;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int c, rc, fd = -1, ret = CLI_EXIT_USAGE;
+	bool socket_made = false;
+	uint64_t last_janitor;
+
+	memset(&s, 0, sizeof(s));
+	s.runs_fd = -1;
+	s.stopping = &serve_stopping;
+	s.max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
+	s.keep_runs = SERVE_DEFAULT_KEEP;
+	s.retention_ms = SERVE_DEFAULT_RETENTION_MS;
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.idle, NULL);
+	if (cli_run_args_init(&args, argc) < 0) {
+		cli_error("out of memory");
+		ret = CLI_EXIT_FAILED;
+		goto out;
+	}
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "f:e:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_LISTEN: listen_spec = optarg; break;
+		case OPT_SOCKET: sock_path = optarg; break;
+		case OPT_TOKEN_FILE: token_file = optarg; break;
+		case OPT_STATE_DIR:
+			free(state_dir);
+			state_dir = strdup(optarg);
+			break;
+		case OPT_POOL:
+			if (!strcmp(optarg, "0"))
+				n = 0;
+			else if (cli_parse_count(&n, optarg) < 0 || n > 1024) {
+				cli_usage_error("serve", "--pool: '%s' is not a whole number from 0 to 1024", optarg);
+				goto out;
+			}
+			s.pool_size = (unsigned int)n;
+			break;
+		case OPT_MAX_RUNS:
+			if (cli_parse_count(&n, optarg) < 0 || n > 4096) {
+				cli_usage_error("serve", "--max-runs: '%s' is not a whole number from 1 to 4096", optarg);
+				goto out;
+			}
+			s.max_runs = (unsigned int)n;
+			break;
+		case OPT_KEEP:
+			if (cli_parse_count(&n, optarg) < 0 || n > 1000000) {
+				cli_usage_error("serve", "--keep: '%s' is not a whole number from 1 to 1000000", optarg);
+				goto out;
+			}
+			s.keep_runs = (unsigned int)n;
+			break;
+		case OPT_RETENTION:
+			if (cli_parse_duration(&s.retention_ms, optarg) < 0) {
+				cli_usage_error("serve", "--retention: '%s' is not a positive duration", optarg);
+				goto out;
+			}
+			break;
+		case 'h':
+			serve_help();
+			ret = CLI_EXIT_OK;
+			goto out;
+		case 'f':
+			cli_usage_error("serve", "-f makes no sense for serve: each request sends its own files");
+			goto out;
+		default:
+			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "serve");
+			if (rc == 1)
+				cli_bad_option("serve", argv);
+			if (rc)
+				goto out;
+		}
+	}
+	if (optind < argc) {
+		cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+		goto out;
+	}
+	if (listen_spec && sock_path) {
+		cli_usage_error("serve", "give --listen or --socket, not both");
+		goto out;
+	}
+	if (cli_run_args_finish(&args, "serve"))
+		goto out;
+	s.opts = args.opts;
+	s.opts.files = NULL;
+	s.opts.file_count = 0;
+	if (token_file && serve_read_token(&s, token_file) < 0)
+		goto out;
+	/* Usage first (nothing made), then the state directory. */
+	if (sock_path) {
+		fd = serve_listen_unix(sock_path);
+		socket_made = fd >= 0;
+	} else {
+		snprintf(default_listen, sizeof(default_listen), "127.0.0.1:%d", SERVE_DEFAULT_PORT);
+		fd = serve_listen_tcp(listen_spec ? listen_spec : default_listen, token_file != NULL);
+	}
+	if (fd < 0) {
+		ret = fd == -2 ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
+		goto out;
+	}
+	ret = CLI_EXIT_FAILED;
+	if (!state_dir && !(state_dir = serve_default_state_dir())) {
+		cli_error("no state directory: set --state-dir, NBRUN_STATE_DIR or HOME");
+		goto out;
+	}
+	if (serve_open_state(&s, state_dir) < 0 || (!token_file && serve_make_token(&s) < 0))
+		goto out;
+	serve_janitor(&s, true);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = serve_on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+
+	http = serve_http_start(&s, fd);
+	fd = -1;
+	if (!http)
+		goto out;
+	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool %u (every run cold for now)\n",
+		s.state_dir, s.max_runs, s.pool_size);
+	last_janitor = clock_mono_ms();
+	while (!serve_stopping) {
+		struct timespec ts = { 0, 200 * 1000000L };
+		nanosleep(&ts, NULL);
+		if (clock_mono_ms() - last_janitor >= SERVE_JANITOR_MS) {
+			serve_janitor(&s, false);
+			last_janitor = clock_mono_ms();
+		}
+	}
+	fprintf(stderr, "nbrun: serve: stopping: no new connections, cancelling %u running runs\n",
+		s.runs_active);
+	serve_http_quiesce(http);
+	if (socket_made) {
+		unlink(sock_path);
+		socket_made = false;
+	}
+	/* serve_stopping is every run's cancel flag: the library removes their containers. */
+	serve_wait_idle(&s, SERVE_STOP_WAIT_MS);
+	if (s.runs_active) {
+		/* Their threads are still in the library: nothing they use may be freed. */
+		cli_error("%u runs did not stop within %d s; exiting without them (nbrun gc removes "
+			  "what they leave)", s.runs_active, SERVE_STOP_WAIT_MS / 1000);
+		fflush(stderr);
+		_exit(CLI_EXIT_FAILED);
+	}
+	serve_http_stop(http);
+	http = NULL;
+	ret = CLI_EXIT_OK;
+out:
+	serve_http_stop(http);
+	if (fd >= 0)
+		close(fd);
+	if (socket_made)
+		unlink(sock_path);
+	if (s.runs_fd >= 0)
+		close(s.runs_fd);
+	free(s.state_dir);
+	free(s.runs_dir);
+	free(state_dir);
+	cli_run_args_free(&args);
+	pthread_mutex_destroy(&s.lock);
+	pthread_cond_destroy(&s.idle);
+	return ret;
+}

@@ -1,0 +1,597 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun run --server: one run sent to an nbrun serve, its reply handled like a local run's. */
+#include <b64/cdecode.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "path.h"
+#include "cli.h"
+#include "serve.h"
+
+/* The reply is a result document plus inlined outputs (at most 8 MiB of them). */
+#define REMOTE_REPLY_MAX (512u << 20)
+/* One output fetched by url: the server's export caps are 256 MiB in all. */
+#define REMOTE_FETCH_MAX (256ull << 20)
+#define REMOTE_INPUTS_MAX (48u << 20)
+
+struct remote {
+	const struct cli_remote *args;
+	CURL *curl;
+	struct curl_slist *headers;
+	char *base;      /* URL prefix, no trailing '/' */
+	char *sock;      /* unix socket path, or NULL */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+struct remote_sink {
+	struct buf *mem;  /* or */
+	int fd;
+	uint64_t written, max;
+};
+
+static size_t remote_write(char *p, size_t size, size_t n, void *payload)
+{
+	struct remote_sink *s = payload;
+	size_t len = size * n, off = 0;
+
+	if (s->written + len > s->max)
+		return 0;
+	if (s->mem)
+		return buf_append(s->mem, p, len) < 0 ? 0 : len;
+	while (off < len) {
+		ssize_t w = write(s->fd, p + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return 0;
+		off += (size_t)w;
+	}
+	s->written += len;
+	return len;
+}
+
+static int remote_progress(void *payload, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+	const struct remote *r = payload;
+	return r->args->cancel && *r->args->cancel ? 1 : 0;
+}
+
+/* The token: --token-file, NBRUN_TOKEN, NBRUN_TOKEN_FILE, then STATE/token of a local server. */
+static int remote_token(char *out, size_t outlen, const char *token_file)
+{
+	const char *env = getenv("NBRUN_TOKEN");
+	char *fallback = NULL, *state;
+	FILE *f;
+	size_t n;
+
+	out[0] = '\0';
+	if (!token_file && env && *env) {
+		snprintf(out, outlen, "%s", env);
+		return 0;
+	}
+	if (!token_file)
+		token_file = getenv("NBRUN_TOKEN_FILE");
+	if (!token_file || !*token_file) {
+		state = serve_default_state_dir();
+		if (state && asprintf(&fallback, "%s/token", state) < 0)
+			fallback = NULL;
+		free(state);
+		if (!fallback || access(fallback, R_OK) < 0) {
+			free(fallback);
+			return 0; /* none: the server will say 401 */
+		}
+		token_file = fallback;
+	}
+	f = fopen(token_file, "re");
+	if (!f) {
+		cli_usage_error("run", "cannot read the token file %s: %s", token_file, strerror(errno));
+		free(fallback);
+		return -1;
+	}
+	n = fread(out, 1, outlen - 1, f);
+	fclose(f);
+	out[n] = '\0';
+	out[strcspn(out, "\r\n")] = '\0';
+	free(fallback);
+	return 0;
+}
+
+static int remote_setup(struct remote *r)
+{
+	const char *url = r->args->server;
+	char token[SERVE_TOKEN_MAX + 1], *auth = NULL;
+	size_t n;
+	int rc = -1;
+
+	if (!strncmp(url, "unix:", 5)) {
+		if (url[5] != '/')
+			return cli_usage_error("run", "--server unix:PATH wants an absolute path");
+		r->sock = strdup(url + 5);
+		r->base = strdup("http://localhost");
+	} else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+		r->base = strdup(url);
+	} else {
+		return cli_usage_error("run", "--server wants http://HOST:PORT or unix:/path/to/socket, "
+					      "not '%s'", url);
+	}
+	if (!r->base || (!strncmp(url, "unix:", 5) && !r->sock))
+		goto oom;
+	n = strlen(r->base);
+	while (n && r->base[n - 1] == '/')
+		r->base[--n] = '\0';
+	if (remote_token(token, sizeof(token), r->args->token_file) < 0)
+		return CLI_EXIT_USAGE;
+	r->curl = curl_easy_init();
+	if (!r->curl)
+		goto oom;
+	if (token[0]) {
+		if (asprintf(&auth, "Authorization: Bearer %s", token) < 0)
+			goto oom;
+		r->headers = curl_slist_append(r->headers, auth);
+	}
+	r->headers = curl_slist_append(r->headers, "Expect:");
+	if (!r->headers)
+		goto oom;
+	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
+	curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_CONNECTTIMEOUT, 10L);
+	curl_easy_setopt(r->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(r->curl, CURLOPT_XFERINFOFUNCTION, remote_progress);
+	curl_easy_setopt(r->curl, CURLOPT_XFERINFODATA, r);
+	curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, remote_write);
+	curl_easy_setopt(r->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (r->sock)
+		curl_easy_setopt(r->curl, CURLOPT_UNIX_SOCKET_PATH, r->sock);
+	rc = 0;
+	goto out;
+oom:
+	cli_error("out of memory");
+	rc = CLI_EXIT_FAILED;
+out:
+	explicit_bzero(token, sizeof(token));
+	if (auth)
+		explicit_bzero(auth, strlen(auth));
+	free(auth);
+	return rc;
+}
+
+/* One request; *status is 0 when no HTTP reply came (message in r->errbuf). */
+static CURLcode remote_request(struct remote *r, const char *path, const char *body,
+			       struct remote_sink *sink, long timeout_ms, long *status)
+{
+	char *url = NULL;
+	CURLcode cc;
+
+	*status = 0;
+	r->errbuf[0] = '\0';
+	if (asprintf(&url, "%s%s", r->base, path) < 0)
+		return CURLE_OUT_OF_MEMORY;
+	curl_easy_setopt(r->curl, CURLOPT_URL, url);
+	if (body) {
+		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+	} else {
+		curl_easy_setopt(r->curl, CURLOPT_HTTPGET, 1L);
+	}
+	curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, sink);
+	cc = curl_easy_perform(r->curl);
+	if (cc == CURLE_OK)
+		curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, status);
+	if (!r->errbuf[0])
+		snprintf(r->errbuf, sizeof(r->errbuf), "%s", curl_easy_strerror(cc));
+	free(url);
+	return cc;
+}
+
+/* ---- the request ------------------------------------------------------------------- */
+
+static char *remote_read_input(const char *path, size_t *len, size_t max)
+{
+	struct buf b = BUF_INIT(max);
+	char chunk[65536];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	char *out = NULL;
+
+	if (fd < 0)
+		return NULL;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
+			errno = n < 0 ? errno : EFBIG;
+			goto out;
+		}
+	}
+	*len = b.len;
+	out = buf_steal(&b);
+out:
+	close(fd);
+	buf_free(&b);
+	return out;
+}
+
+/* The POST body; NULL with the exit code in *ret. */
+static char *remote_body(const struct cli_remote *a, int *ret)
+{
+	json_t *doc = json_object(), *files = json_array(), *env = json_object(), *nb;
+	json_error_t jerr;
+	size_t total = 0;
+	char *text = NULL, timeout[32];
+
+	*ret = CLI_EXIT_FAILED;
+	if (!doc || !files || !env)
+		goto oom;
+	if (a->code) {
+		json_object_set_new(doc, "code", json_string(a->code));
+	} else {
+		nb = json_loadb(a->notebook, a->notebook_len, 0, &jerr);
+		if (!json_is_object(nb)) {
+			cli_error("the notebook is not a JSON object: %s", nb ? "" : jerr.text);
+			json_decref(nb);
+			goto out;
+		}
+		json_object_set_new(doc, "notebook", nb);
+	}
+	for (size_t i = 0; i < a->file_count; i++) {
+		const char *base = strrchr(a->files[i], '/');
+		unsigned char *data;
+		char *b64;
+		size_t len = 0;
+
+		base = base ? base + 1 : a->files[i];
+		data = (unsigned char *)remote_read_input(a->files[i], &len, REMOTE_INPUTS_MAX);
+		if (!data || (total += len) > REMOTE_INPUTS_MAX) {
+			cli_error("cannot read %s: %s", a->files[i],
+				  data ? "the inputs are larger than 48 MiB in all" : strerror(errno));
+			free(data);
+			goto out;
+		}
+		b64 = serve_base64(data, len);
+		free(data);
+		if (!b64 || json_array_append_new(files, json_pack("{s:s, s:s}", "path", base,
+								    "content_base64", b64)) < 0) {
+			free(b64);
+			goto oom;
+		}
+		free(b64);
+	}
+	if (json_array_size(files))
+		json_object_set(doc, "files", files);
+	for (size_t i = 0; i < a->env_count; i++) {
+		const char *eq = strchr(a->env[i], '=');
+		char *k = strndup(a->env[i], (size_t)(eq - a->env[i]));
+		if (!k || json_object_set_new(env, k, json_string(eq + 1)) < 0) {
+			free(k);
+			goto oom;
+		}
+		free(k);
+	}
+	if (json_object_size(env))
+		json_object_set(doc, "env", env);
+	if (a->timeout_ms) {
+		snprintf(timeout, sizeof(timeout), "%llums", (unsigned long long)a->timeout_ms);
+		json_object_set_new(doc, "timeout", json_string(timeout));
+	}
+	text = json_dumps(doc, JSON_COMPACT);
+	if (!text)
+		goto oom;
+	*ret = 0;
+	goto out;
+oom:
+	cli_error("out of memory");
+out:
+	json_decref(doc);
+	json_decref(files);
+	json_decref(env);
+	return text;
+}
+
+/* ---- the outputs ------------------------------------------------------------------- */
+
+/* Create rel (images/NAME or files/PATH, checked) below dirfd, parents included. */
+static int remote_create(int dirfd, const char *rel)
+{
+	char name[256];
+	const char *p = rel;
+	int fd = dup(dirfd), next;
+
+	if (fd < 0)
+		return -1;
+	if (strncmp(rel, "images/", 7) && strncmp(rel, "files/", 6)) {
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+
+		if (!serve_name_safe(p, n)) {
+			close(fd);
+			errno = EINVAL;
+			return -1;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		if (!slash) {
+			next = openat(fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+			close(fd);
+			return next;
+		}
+		if (mkdirat(fd, name, 0755) < 0 && errno != EEXIST) {
+			close(fd);
+			return -1;
+		}
+		next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		close(fd);
+		if (next < 0)
+			return -1;
+		fd = next;
+		p = slash + 1;
+	}
+}
+
+static int remote_write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* One image or file: from content_base64 or its url; then only the schema's fields stay. */
+static int remote_save(struct remote *r, int out_fd, json_t *e)
+{
+	const char *rel = json_string_value(json_object_get(e, "path"));
+	const char *b64 = json_string_value(json_object_get(e, "content_base64"));
+	const char *url = json_string_value(json_object_get(e, "url"));
+	json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
+	struct remote_sink sink = { NULL, -1, 0, REMOTE_FETCH_MAX };
+	base64_decodestate st;
+	char *data = NULL;
+	long status = 0;
+	int fd, rc = -1;
+
+	if (!rel || (fd = remote_create(out_fd, rel)) < 0) {
+		cli_error("cannot write %s: %s", rel ? rel : "an output", strerror(errno));
+		return -1;
+	}
+	if (b64) {
+		size_t len = json_string_length(json_object_get(e, "content_base64"));
+		data = malloc(len / 4 * 3 + 4);
+		if (data) {
+			base64_init_decodestate(&st);
+			sink.written = (uint64_t)base64_decode_block(b64, (int)len, data, &st);
+			rc = remote_write_all(fd, data, (size_t)sink.written);
+		}
+	} else if (url && !strncmp(url, "/v1/runs/", 9)) {
+		sink.fd = fd;
+		if (remote_request(r, url, NULL, &sink, 300000, &status) == CURLE_OK && status == 200)
+			rc = 0;
+	}
+	if (rc == 0 && sink.written != (uint64_t)bytes) {
+		cli_error("%s: got %llu bytes, the result says %lld", rel,
+			  (unsigned long long)sink.written, (long long)bytes);
+		rc = -1;
+	} else if (rc < 0) {
+		cli_error("cannot fetch %s from the server: %s", rel, status ? "not found" : r->errbuf);
+	}
+	close(fd);
+	free(data);
+	json_object_del(e, "content_base64");
+	json_object_del(e, "url");
+	return rc;
+}
+
+/* result.json, temp file + rename as the library writes it. */
+static int remote_write_result(int out_fd, const json_t *doc)
+{
+	char *text = json_dumps(doc, JSON_INDENT(2));
+	int fd, rc = -1;
+
+	if (!text)
+		return -1;
+	unlinkat(out_fd, "result.json.tmp", 0);
+	fd = openat(out_fd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		rc = remote_write_all(fd, text, strlen(text)) == 0 && remote_write_all(fd, "\n", 1) == 0 ? 0 : -1;
+		close(fd);
+		if (rc == 0)
+			rc = renameat(out_fd, "result.json.tmp", out_fd, "result.json");
+	}
+	free(text);
+	return rc;
+}
+
+/* -o DIR (or the default) made absolute, created, and required empty, as a local run does. */
+static int remote_open_out(char **abs, const char *dir, const char *run_id)
+{
+	char cwd[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int fd;
+
+	*abs = NULL;
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -1;
+	if (dir && dir[0] == '/')
+		*abs = strdup(dir);
+	else if (dir && asprintf(abs, "%s/%s", cwd, dir) < 0)
+		*abs = NULL;
+	else if (!dir && asprintf(abs, "%s/nbrun-out/%s", cwd, run_id) < 0)
+		*abs = NULL;
+	if (!*abs || path_mkdir_p(*abs, 0755) < 0)
+		return -1;
+	fd = open(*abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || !(d = fdopendir(dup(fd))))
+		return fd < 0 ? -1 : (close(fd), -1);
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			closedir(d);
+			close(fd);
+			errno = ENOTEMPTY;
+			return -1;
+		}
+	closedir(d);
+	return fd;
+}
+
+static int remote_exit_for_reply(long status, const json_t *err, const char *server)
+{
+	const char *msg = json_string_value(json_object_get(err, "error"));
+	const char *kind = json_string_value(json_object_get(err, "kind"));
+
+	cli_error("server: %s", msg ? msg : "an unexpected reply");
+	if (status == 401) {
+		fprintf(stderr, "nbrun: the token comes from --token-file, NBRUN_TOKEN or NBRUN_TOKEN_FILE\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (status == 400 || status == 413)
+		return CLI_EXIT_USAGE;
+	if ((kind && !strcmp(kind, "engine")) || status == 502)
+		return CLI_EXIT_ENGINE;
+	return CLI_EXIT_FAILED;
+}
+
+int cli_remote_run(const struct cli_remote *a)
+{
+	struct remote r;
+	struct buf reply = BUF_INIT(REMOTE_REPLY_MAX);
+	struct remote_sink sink = { &reply, -1, 0, REMOTE_REPLY_MAX };
+	char *body = NULL, *out_dir = NULL, *nb_path = NULL, *path = NULL;
+	const char *run_id, *status_name;
+	json_t *doc = NULL, *e;
+	enum nbrun_status st;
+	long status;
+	size_t i;
+	int ret = CLI_EXIT_FAILED, out_fd = -1;
+	CURLcode cc;
+
+	memset(&r, 0, sizeof(r));
+	r.args = a;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	ret = remote_setup(&r);
+	if (ret)
+		goto out;
+	ret = CLI_EXIT_FAILED;
+	if (a->out_dir) {
+		/* Refuse a non-empty -o DIR before anything runs, as a local run does. */
+		out_fd = remote_open_out(&out_dir, a->out_dir, NULL);
+		if (out_fd < 0) {
+			ret = errno == ENOTEMPTY ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
+			cli_error("output directory %s %s", out_dir ? out_dir : a->out_dir,
+				  errno == ENOTEMPTY ? "is not empty" : strerror(errno));
+			goto out;
+		}
+	}
+	body = remote_body(a, &ret);
+	if (!body)
+		goto out;
+	cc = remote_request(&r, "/v1/runs", body, &sink, 0, &status);
+	if (cc != CURLE_OK) {
+		if (a->cancel && *a->cancel) {
+			cli_error("interrupted (the server finishes the run on its own)");
+			ret = 130;
+		} else {
+			cli_error("cannot reach the nbrun server at %s: %s", a->server, r.errbuf);
+			ret = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+				      cc == CURLE_OPERATION_TIMEDOUT
+				      ? CLI_EXIT_ENGINE
+				      : CLI_EXIT_FAILED;
+		}
+		goto out;
+	}
+	doc = json_loadb(reply.data ? reply.data : "", reply.len, 0, NULL);
+	if (status != 200) {
+		ret = remote_exit_for_reply(status, doc, a->server);
+		goto out;
+	}
+	run_id = json_string_value(json_object_get(doc, "run_id"));
+	status_name = json_string_value(json_object_get(doc, "status"));
+	if (!json_is_object(doc) || !run_id || !serve_run_id_valid(run_id) || !status_name) {
+		cli_error("the server's reply is not a result document");
+		goto out;
+	}
+	if (out_fd < 0 && (out_fd = remote_open_out(&out_dir, NULL, run_id)) < 0) {
+		cli_error("cannot use the output directory %s: %s", out_dir ? out_dir : "nbrun-out",
+			  errno == ENOTEMPTY ? "not empty" : strerror(errno));
+		goto out;
+	}
+	json_array_foreach(json_object_get(doc, "images"), i, e)
+		if (remote_save(&r, out_fd, e) < 0)
+			goto out;
+	json_array_foreach(json_object_get(doc, "files"), i, e)
+		if (remote_save(&r, out_fd, e) < 0)
+			goto out;
+	/* The executed notebook, when the run kept one. */
+	if (!json_is_null(json_object_get(doc, "notebook"))) {
+		struct remote_sink nb = { NULL, -1, 0, 1ull << 30 };
+		int fd = openat(out_fd, "notebook.ipynb", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		nb.fd = fd;
+		if (fd < 0 || asprintf(&path, "/v1/runs/%s/notebook", run_id) < 0 ||
+		    remote_request(&r, path, NULL, &nb, 300000, &status) != CURLE_OK || status != 200 ||
+		    asprintf(&nb_path, "%s/notebook.ipynb", out_dir) < 0) {
+			cli_error("cannot fetch the executed notebook: %s", status ? "not found" : r.errbuf);
+			nb_path = NULL;
+			if (fd >= 0)
+				close(fd);
+			goto out;
+		}
+		close(fd);
+	}
+	json_object_set_new(doc, "out_dir", json_string(out_dir));
+	json_object_set_new(doc, "notebook", nb_path ? json_string(nb_path) : json_null());
+	if (remote_write_result(out_fd, doc) < 0) {
+		cli_error("cannot write %s/result.json: %s", out_dir, strerror(errno));
+		goto out;
+	}
+	if (a->json) {
+		char *text = json_dumps(doc, JSON_INDENT(2));
+		if (!text || printf("%s\n", text) < 0 || fflush(stdout) != 0) {
+			free(text);
+			cli_error("cannot write the result to stdout");
+			goto out;
+		}
+		free(text);
+	} else {
+		cli_print_doc(stdout, doc, isatty(STDOUT_FILENO));
+	}
+	st = NBRUN_STATUS_FAILED;
+	for (enum nbrun_status k = NBRUN_STATUS_OK; k <= NBRUN_STATUS_FAILED; k++)
+		if (!strcmp(status_name, nbrun_status_name(k)))
+			st = k;
+	ret = cli_exit_for_status(st);
+out:
+	if (out_fd >= 0)
+		close(out_fd);
+	json_decref(doc);
+	buf_free(&reply);
+	free(body);
+	free(out_dir);
+	free(nb_path);
+	free(path);
+	free(r.base);
+	free(r.sock);
+	curl_slist_free_all(r.headers);
+	if (r.curl)
+		curl_easy_cleanup(r.curl);
+	curl_global_cleanup();
+	return ret;
+}

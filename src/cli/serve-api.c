@@ -1,0 +1,775 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun serve: the JSON API: request validation, running, result documents with urls. */
+#include <b64/cdecode.h>
+#include <b64/cencode.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cli.h"
+#include "serve.h"
+
+void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
+		       const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	msg[strcspn(msg, "\r\n")] = '\0'; /* one line */
+	json_decref(r->body);
+	r->status = status;
+	r->body = json_pack("{s:s, s:s}", "error", msg, "kind", kind);
+}
+
+bool serve_run_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i]))
+			return false;
+	return true;
+}
+
+bool serve_name_safe(const char *name, size_t len)
+{
+	if (len == 0 || len > 255 || (len == 1 && name[0] == '.') ||
+	    (len == 2 && name[0] == '.' && name[1] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)name[i];
+		if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+char *serve_url_path(const char *path)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	struct buf b = BUF_INIT(4 * 4096);
+
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		char esc[3] = { '%', hex[*p >> 4], hex[*p & 15] };
+		int rc = isalnum(*p) || strchr("/-._~", *p) ? buf_append(&b, p, 1)
+							    : buf_append(&b, esc, 3);
+		if (rc < 0) {
+			buf_free(&b);
+			return NULL;
+		}
+	}
+	return buf_steal(&b);
+}
+
+char *serve_base64(const unsigned char *p, size_t n)
+{
+	base64_encodestate st;
+	char *out, *w;
+	size_t len;
+
+	if (n > (256u << 20))
+		return NULL;
+	out = malloc(n / 3 * 4 + n / 54 + 16);
+	if (!out)
+		return NULL;
+	base64_init_encodestate(&st);
+	len = (size_t)base64_encode_block((const char *)p, (int)n, out, &st);
+	len += (size_t)base64_encode_blockend(out + len, &st);
+	/* libb64 breaks lines every 72 characters: JSON wants one string. */
+	w = out;
+	for (size_t i = 0; i < len; i++)
+		if (out[i] != '\n')
+			*w++ = out[i];
+	*w = '\0';
+	return out;
+}
+
+/* Standard alphabet, padded, nothing else; libb64 would skip what it does not know. */
+static bool serve_base64_valid(const char *s, size_t len)
+{
+	size_t pad = 0;
+
+	if (len % 4)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '=') {
+			pad++;
+			continue;
+		}
+		if (pad || !(isalnum(c) || c == '+' || c == '/'))
+			return false;
+	}
+	return pad <= 2;
+}
+
+/* ---- requests -------------------------------------------------------------------- */
+
+void serve_request_free(struct serve_request *req)
+{
+	if (req->tmp_dir) {
+		char *slash = strrchr(req->tmp_dir, '/');
+		int fd;
+		*slash = '\0';
+		fd = open(req->tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			serve_rm_tree(fd, slash + 1);
+			close(fd);
+		}
+		free(req->tmp_dir);
+	}
+	for (size_t i = 0; i < req->env_count; i++)
+		free(req->env[i]);
+	for (size_t i = 0; i < req->file_count; i++)
+		free(req->files[i]);
+	free(req->env);
+	free(req->files);
+	free(req->code);
+	free(req->notebook);
+	free(req->params);
+	memset(req, 0, sizeof(*req));
+}
+
+static int serve_write_file(int dirfd, const char *name, const char *b64, size_t len,
+			    struct serve_reply *err)
+{
+	base64_decodestate st;
+	char *data = malloc(len / 4 * 3 + 4);
+	ssize_t w;
+	size_t n, off = 0;
+	int fd = -1, rc = -1;
+
+	if (!data) {
+		serve_reply_error(err, 500, "internal", "out of memory");
+		goto out;
+	}
+	base64_init_decodestate(&st);
+	n = (size_t)base64_decode_block(b64, (int)len, data, &st);
+	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		if (errno == EEXIST)
+			serve_reply_error(err, 400, "request", "files: '%s' is given twice", name);
+		else
+			serve_reply_error(err, 500, "internal", "cannot write an input file: %s",
+					  strerror(errno));
+		goto out;
+	}
+	while (off < n) {
+		w = write(fd, data + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			serve_reply_error(err, 500, "internal", "cannot write an input file: %s",
+					  strerror(errno));
+			goto out;
+		}
+		off += (size_t)w;
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(data);
+	return rc;
+}
+
+static int serve_parse_files(struct serve_request *req, struct serve_reply *err, json_t *files,
+			     const char *tmp_root)
+{
+	char tmpl[4096];
+	size_t i;
+	json_t *f;
+	int dfd = -1, rc = -1;
+
+	if (!json_is_array(files) || json_array_size(files) > SERVE_MAX_FILES) {
+		serve_reply_error(err, 400, "request", "files: want a list of at most %d objects",
+				  SERVE_MAX_FILES);
+		return -1;
+	}
+	if (!json_array_size(files))
+		return 0;
+	snprintf(tmpl, sizeof(tmpl), "%s/req-XXXXXX", tmp_root);
+	req->files = calloc(json_array_size(files), sizeof(*req->files));
+	if (!req->files || !mkdtemp(tmpl) || !(req->tmp_dir = strdup(tmpl))) {
+		serve_reply_error(err, 500, "internal", "cannot make a directory for the files");
+		return -1;
+	}
+	dfd = open(req->tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		serve_reply_error(err, 500, "internal", "cannot open %s", req->tmp_dir);
+		goto out;
+	}
+	json_array_foreach(files, i, f) {
+		const char *key, *path, *b64;
+		json_t *v;
+
+		if (!json_is_object(f)) {
+			serve_reply_error(err, 400, "request", "files[%zu]: not an object", i);
+			goto out;
+		}
+		json_object_foreach(f, key, v)
+			if (strcmp(key, "path") && strcmp(key, "content_base64")) {
+				serve_reply_error(err, 400, "request", "files[%zu]: unknown key '%.64s'", i, key);
+				goto out;
+			}
+		path = json_string_value(json_object_get(f, "path"));
+		b64 = json_string_value(json_object_get(f, "content_base64"));
+		if (!path || !b64) {
+			serve_reply_error(err, 400, "request",
+					  "files[%zu]: want {\"path\": NAME, \"content_base64\": DATA}", i);
+			goto out;
+		}
+		if (!serve_name_safe(path, json_string_length(json_object_get(f, "path")))) {
+			serve_reply_error(err, 400, "request",
+					  "files[%zu]: path must be one plain name (no '/', '..', control characters)", i);
+			goto out;
+		}
+		if (!serve_base64_valid(b64, json_string_length(json_object_get(f, "content_base64")))) {
+			serve_reply_error(err, 400, "request", "files[%zu]: content_base64 is not valid base64", i);
+			goto out;
+		}
+		if (serve_write_file(dfd, path, b64, json_string_length(json_object_get(f, "content_base64")),
+				     err) < 0)
+			goto out;
+		if (asprintf(&req->files[i], "%s/%s", req->tmp_dir, path) < 0) {
+			req->files[i] = NULL;
+			serve_reply_error(err, 500, "internal", "out of memory");
+			goto out;
+		}
+		req->file_count = i + 1;
+	}
+	rc = 0;
+out:
+	if (dfd >= 0)
+		close(dfd);
+	return rc;
+}
+
+static bool serve_env_name_ok(const char *k)
+{
+	if (!*k || strlen(k) > 256 || isdigit((unsigned char)*k))
+		return false;
+	for (; *k; k++)
+		if (!isalnum((unsigned char)*k) && *k != '_')
+			return false;
+	return true;
+}
+
+static int serve_parse_env(struct serve_request *req, struct serve_reply *err, json_t *env,
+			   const struct serve *s)
+{
+	size_t total = json_object_size(env) + s->opts.env_count, n = 0;
+	const char *key;
+	json_t *v;
+
+	if (!json_is_object(env) || json_object_size(env) > SERVE_MAX_ENV) {
+		serve_reply_error(err, 400, "request", "env: want an object of at most %d strings",
+				  SERVE_MAX_ENV);
+		return -1;
+	}
+	req->env = calloc(total + 1, sizeof(*req->env));
+	if (!req->env) {
+		serve_reply_error(err, 500, "internal", "out of memory");
+		return -1;
+	}
+	json_object_foreach(env, key, v) {
+		if (!serve_env_name_ok(key) || !json_is_string(v)) {
+			serve_reply_error(err, 400, "request",
+					  "env: '%.64s' must be a name ([A-Za-z_][A-Za-z0-9_]*) with a string value", key);
+			return -1;
+		}
+		if (asprintf(&req->env[n], "%s=%s", key, json_string_value(v)) < 0) {
+			req->env[n] = NULL;
+			serve_reply_error(err, 500, "internal", "out of memory");
+			return -1;
+		}
+		req->env_count = ++n;
+	}
+	/* The server's own -e variables, unless the request sets the same name. */
+	for (size_t i = 0; i < s->opts.env_count; i++) {
+		const char *kv = s->opts.env[i];
+		char name[257];
+		size_t klen = strcspn(kv, "=");
+		snprintf(name, sizeof(name), "%.*s", (int)(klen < 256 ? klen : 256), kv);
+		if (json_object_get(env, name))
+			continue;
+		if (!(req->env[n] = strdup(kv))) {
+			serve_reply_error(err, 500, "internal", "out of memory");
+			return -1;
+		}
+		req->env_count = ++n;
+	}
+	return 0;
+}
+
+int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
+			const char *body, size_t len, const char *tmp_root)
+{
+	static const char *const keys[] = { "code", "notebook", "parameters", "files", "env",
+					    "timeout", NULL };
+	json_error_t jerr;
+	json_t *doc, *v, *empty = json_object();
+	const char *key;
+	int rc = -1;
+
+	memset(req, 0, sizeof(*req));
+	doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!doc) {
+		serve_reply_error(err, 400, "request", "bad JSON: %s (line %d, column %d)", jerr.text,
+				  jerr.line, jerr.column);
+		goto out;
+	}
+	if (!json_is_object(doc)) {
+		serve_reply_error(err, 400, "request", "the body must be a JSON object");
+		goto out;
+	}
+	json_object_foreach(doc, key, v) {
+		size_t i;
+		for (i = 0; keys[i] && strcmp(keys[i], key); i++)
+			;
+		if (!keys[i]) {
+			serve_reply_error(err, 400, "request",
+					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout)", key);
+			goto out;
+		}
+	}
+	v = json_object_get(doc, "code");
+	if (!!v == !!json_object_get(doc, "notebook")) {
+		serve_reply_error(err, 400, "request", "give either \"code\" or \"notebook\"");
+		goto out;
+	}
+	if (v) {
+		if (!json_is_string(v)) {
+			serve_reply_error(err, 400, "request", "code: want a string");
+			goto out;
+		}
+		req->code = strdup(json_string_value(v));
+	} else {
+		v = json_object_get(doc, "notebook");
+		if (!json_is_object(v)) {
+			serve_reply_error(err, 400, "request", "notebook: want an nbformat 4 JSON object");
+			goto out;
+		}
+		req->notebook = json_dumps(v, JSON_COMPACT);
+		req->notebook_len = req->notebook ? strlen(req->notebook) : 0;
+	}
+	if (!req->code && !req->notebook) {
+		serve_reply_error(err, 500, "internal", "out of memory");
+		goto out;
+	}
+	v = json_object_get(doc, "parameters");
+	if (v) {
+		if (!req->notebook || !json_is_object(v)) {
+			serve_reply_error(err, 400, "request", "parameters: want an object, with \"notebook\"");
+			goto out;
+		}
+		if (!(req->params = json_dumps(v, JSON_COMPACT))) {
+			serve_reply_error(err, 500, "internal", "out of memory");
+			goto out;
+		}
+	}
+	v = json_object_get(doc, "timeout");
+	if (v) {
+		if (!json_is_string(v) || cli_parse_duration(&req->timeout_ms, json_string_value(v)) < 0) {
+			serve_reply_error(err, 400, "request", "timeout: want a positive duration such as \"60s\"");
+			goto out;
+		}
+		if (req->timeout_ms > s->opts.timeout_ms) {
+			serve_reply_error(err, 400, "request", "timeout: above this server's limit of %llu ms",
+					  (unsigned long long)s->opts.timeout_ms);
+			goto out;
+		}
+	}
+	if (!empty || serve_parse_env(req, err, json_object_get(doc, "env") ?: empty, s) < 0)
+		goto out;
+	v = json_object_get(doc, "files");
+	if (v && serve_parse_files(req, err, v, tmp_root) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (rc < 0)
+		serve_request_free(req);
+	json_decref(doc);
+	json_decref(empty);
+	return rc;
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+int serve_open_below(int dirfd, const char *rel)
+{
+	const char *p = rel, *slash;
+	int fd = dup(dirfd), next;
+	struct stat st;
+	char name[256];
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		size_t n;
+		bool last;
+
+		slash = strchr(p, '/');
+		n = slash ? (size_t)(slash - p) : strlen(p);
+		last = !slash;
+		if (!serve_name_safe(p, n)) {
+			close(fd);
+			return -EINVAL;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		next = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY));
+		close(fd);
+		if (next < 0)
+			return -errno;
+		fd = next;
+		if (last)
+			break;
+		p = slash + 1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
+/* The bytes of a regular file below dirfd, at most max. NULL when missing or larger. */
+static unsigned char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len)
+{
+	struct buf b = BUF_INIT(max);
+	char chunk[65536];
+	int fd = serve_open_below(dirfd, rel);
+	ssize_t n;
+	unsigned char *out = NULL;
+
+	if (fd < 0)
+		return NULL;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0)
+			goto out;
+	}
+	*len = b.len;
+	out = (unsigned char *)buf_steal(&b);
+out:
+	close(fd);
+	buf_free(&b);
+	return out;
+}
+
+/*
+ * Add url (always) and content_base64 (when inline is set and the bytes fit
+ * the caps) to each image and file entry.
+ */
+static void serve_add_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data)
+{
+	static const char *const lists[] = { "images", "files" };
+	size_t budget = SERVE_INLINE_ALL;
+
+	for (size_t l = 0; l < 2; l++) {
+		json_t *e;
+		size_t i;
+
+		json_array_foreach(json_object_get(doc, lists[l]), i, e) {
+			const char *path = json_string_value(json_object_get(e, "path"));
+			json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
+			char *enc, *url = NULL;
+
+			if (!path)
+				continue;
+			/* path is "images/NAME" or "files/PATH": the url mirrors it. */
+			enc = serve_url_path(path);
+			if (enc && asprintf(&url, "/v1/runs/%s/%s", run_id, enc) >= 0)
+				json_object_set_new(e, "url", json_string(url));
+			free(enc);
+			free(url);
+			if (inline_data && bytes >= 0 && (uint64_t)bytes <= SERVE_INLINE_ONE &&
+			    (size_t)bytes <= budget) {
+				size_t len = 0;
+				unsigned char *data = serve_read_below(run_fd, path, SERVE_INLINE_ONE, &len);
+				char *b64 = data && len == (size_t)bytes ? serve_base64(data, len) : NULL;
+				if (b64) {
+					json_object_set_new(e, "content_base64", json_string(b64));
+					budget -= len;
+				}
+				free(b64);
+				free(data);
+			}
+		}
+	}
+}
+
+/* result.json, atomically, in the run's directory. */
+static int serve_write_result(int run_fd, const json_t *doc)
+{
+	char *text = json_dumps(doc, JSON_INDENT(2));
+	size_t len, off = 0;
+	int fd = -1, rc = -1;
+
+	if (!text)
+		return -1;
+	len = strlen(text);
+	unlinkat(run_fd, "result.json.tmp", 0);
+	fd = openat(run_fd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		goto out;
+	while (off < len) {
+		ssize_t w = write(fd, text + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			goto out;
+		off += (size_t)w;
+	}
+	if (write(fd, "\n", 1) != 1)
+		goto out;
+	close(fd);
+	fd = -1;
+	rc = renameat(run_fd, "result.json.tmp", run_fd, "result.json");
+out:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	return rc;
+}
+
+static bool serve_reserve(struct serve *s, struct serve_reply *reply)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&s->lock);
+	if (*s->stopping) {
+		serve_reply_error(reply, 503, "stopping", "the server is shutting down");
+	} else if (s->runs_active >= s->max_runs) {
+		serve_reply_error(reply, 503, "busy", "%u runs are executing, the most this server runs at once",
+				  s->runs_active);
+		reply->retry_after = 5;
+	} else {
+		s->runs_active++;
+		ok = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ok;
+}
+
+static void serve_release(struct serve *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->runs_active--;
+	pthread_cond_broadcast(&s->idle);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void serve_reply_lib_error(struct serve_reply *reply, int rc, const struct nbrun_ctx *ctx)
+{
+	const char *msg = nbrun_ctx_errmsg(ctx);
+
+	switch (rc) {
+	case NBRUN_EINVAL:
+	case NBRUN_ENOTFOUND:
+	case NBRUN_EPARSE:
+		serve_reply_error(reply, 400, "request", "%s", msg);
+		break;
+	case NBRUN_EENGINE:
+	case NBRUN_ENOIMAGE:
+		serve_reply_error(reply, 502, "engine", "%s", msg);
+		break;
+	case NBRUN_ECANCELLED:
+		serve_reply_error(reply, 503, "stopping", "the run was cancelled: the server is shutting down");
+		break;
+	default:
+		serve_reply_error(reply, 500, "internal", "%s", *msg ? msg : "the run failed");
+	}
+}
+
+void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req)
+{
+	struct nbrun_run_options opts = s->opts;
+	struct nbrun_ctx *ctx = NULL;
+	struct nbrun_result *res = NULL;
+	char *out_dir = NULL, *text = NULL, *nb = NULL;
+	const char *run_id;
+	json_t *doc = NULL;
+	bool reserved = false;
+	int run_fd = -1, rc;
+
+	if (!(reserved = serve_reserve(s, reply)))
+		goto out;
+	/* Until the library names the run, its outputs go to a dot directory no GET can reach. */
+	if (asprintf(&out_dir, "%s/.run-XXXXXX", s->runs_dir) < 0)
+		out_dir = NULL;
+	if (!out_dir || !mkdtemp(out_dir)) {
+		serve_reply_error(reply, 500, "internal", "cannot make the run's directory: %s",
+				  strerror(errno));
+		goto out;
+	}
+	opts.out_dir = out_dir;
+	opts.files = (const char *const *)req->files;
+	opts.file_count = req->file_count;
+	opts.env = (const char *const *)req->env;
+	opts.env_count = req->env_count;
+	opts.cancel = s->stopping;
+	if (req->timeout_ms) {
+		opts.timeout_ms = req->timeout_ms;
+		if (opts.cell_timeout_ms > opts.timeout_ms)
+			opts.cell_timeout_ms = 0;
+	}
+	if (nbrun_ctx_new(&ctx) < 0) {
+		serve_reply_error(reply, 500, "internal", "out of memory");
+		goto out;
+	}
+	rc = serve_execute(&res, ctx, s, req, &opts);
+	serve_release(s);
+	reserved = false;
+	if (rc < 0) {
+		serve_reply_lib_error(reply, rc, ctx);
+		serve_rm_tree(s->runs_fd, strrchr(out_dir, '/') + 1);
+		goto out;
+	}
+	run_id = nbrun_result_run_id(res);
+	if (nbrun_result_to_json(&text, res, 0) < 0 || !(doc = json_loads(text, 0, NULL))) {
+		serve_reply_error(reply, 500, "internal", "out of memory");
+		goto out;
+	}
+	if (!serve_run_id_valid(run_id) ||
+	    renameat(s->runs_fd, strrchr(out_dir, '/') + 1, s->runs_fd, run_id) < 0) {
+		serve_reply_error(reply, 500, "internal", "cannot keep the run's outputs: %s",
+				  strerror(errno));
+		serve_rm_tree(s->runs_fd, strrchr(out_dir, '/') + 1);
+		goto out;
+	}
+	free(out_dir);
+	out_dir = NULL;
+	if (asprintf(&out_dir, "%s/%s", s->runs_dir, run_id) < 0) {
+		out_dir = NULL;
+		serve_reply_error(reply, 500, "internal", "out of memory");
+		goto out;
+	}
+	json_object_set_new(doc, "out_dir", json_string(out_dir));
+	if (!json_is_null(json_object_get(doc, "notebook")) &&
+	    asprintf(&nb, "%s/notebook.ipynb", out_dir) >= 0)
+		json_object_set_new(doc, "notebook", json_string(nb));
+	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0 || serve_write_result(run_fd, doc) < 0) {
+		serve_reply_error(reply, 500, "internal", "cannot write the run's result.json");
+		goto out;
+	}
+	serve_add_refs(doc, run_id, run_fd, true);
+	reply->status = 200;
+	reply->body = doc;
+	doc = NULL;
+out:
+	if (reserved)
+		serve_release(s);
+	if (run_fd >= 0)
+		close(run_fd);
+	json_decref(doc);
+	nbrun_result_free(res);
+	nbrun_ctx_free(ctx);
+	free(out_dir);
+	free(text);
+	free(nb);
+}
+
+void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id)
+{
+	int run_fd = -1, fd = -1;
+	json_t *doc = NULL;
+
+	if (!serve_run_id_valid(run_id))
+		goto out;
+	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0)
+		goto out;
+	fd = serve_open_below(run_fd, "result.json");
+	if (fd < 0)
+		goto out;
+	doc = json_loadfd(fd, 0, NULL);
+	if (!json_is_object(doc))
+		goto out;
+	serve_add_refs(doc, run_id, run_fd, false);
+	reply->status = 200;
+	reply->body = doc;
+	doc = NULL;
+out:
+	if (reply->status != 200)
+		serve_reply_error(reply, 404, "not_found", "no run %.64s", run_id);
+	if (fd >= 0)
+		close(fd);
+	if (run_fd >= 0)
+		close(run_fd);
+	json_decref(doc);
+}
+
+void serve_api_health(struct serve_reply *reply, struct serve *s)
+{
+	unsigned int active;
+	bool stopping = *s->stopping;
+
+	pthread_mutex_lock(&s->lock);
+	active = s->runs_active;
+	pthread_mutex_unlock(&s->lock);
+	reply->status = 200;
+	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I}, s:I}", "status", stopping ? "stopping" : "ok",
+				"version", nbrun_version(), "pool", "size", (json_int_t)s->pool_size,
+				"ready", (json_int_t)0, "runs_active", (json_int_t)active);
+}
+
+char *serve_api_metrics(struct serve *s)
+{
+	static const char *const names[SERVE_OUT_COUNT] = { "ok", "error", "timeout", "oom",
+							    "failed", "aborted" };
+	const double *le = serve_buckets();
+	struct serve_metrics m;
+	struct buf b = BUF_INIT(64 * 1024);
+	unsigned int active;
+	uint64_t cum = 0;
+
+	pthread_mutex_lock(&s->lock);
+	m = s->m;
+	active = s->runs_active;
+	pthread_mutex_unlock(&s->lock);
+
+	buf_puts(&b, "# HELP nbrun_runs_total Runs finished, by status (aborted: no result, e.g. engine down or cancelled).\n"
+		     "# TYPE nbrun_runs_total counter\n");
+	for (size_t i = 0; i < SERVE_OUT_COUNT; i++)
+		buf_printf(&b, "nbrun_runs_total{status=\"%s\"} %llu\n", names[i],
+			   (unsigned long long)m.runs[i]);
+	buf_printf(&b, "# HELP nbrun_pool_hits_total Runs that got a warm sandbox from the pool.\n"
+		       "# TYPE nbrun_pool_hits_total counter\n"
+		       "nbrun_pool_hits_total %llu\n"
+		       "# HELP nbrun_pool_misses_total Runs that started a cold sandbox.\n"
+		       "# TYPE nbrun_pool_misses_total counter\n"
+		       "nbrun_pool_misses_total %llu\n"
+		       "# HELP nbrun_run_duration_seconds Time to execute a run, end to end in the server.\n"
+		       "# TYPE nbrun_run_duration_seconds histogram\n",
+		   (unsigned long long)m.pool_hits, (unsigned long long)m.pool_misses);
+	for (size_t i = 0; i < SERVE_BUCKETS; i++) {
+		cum += m.buckets[i];
+		buf_printf(&b, "nbrun_run_duration_seconds_bucket{le=\"%g\"} %llu\n", le[i],
+			   (unsigned long long)cum);
+	}
+	buf_printf(&b, "nbrun_run_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+		       "nbrun_run_duration_seconds_sum %.3f\n"
+		       "nbrun_run_duration_seconds_count %llu\n"
+		       "# HELP nbrun_runs_active Runs executing now.\n"
+		       "# TYPE nbrun_runs_active gauge\n"
+		       "nbrun_runs_active %u\n",
+		   (unsigned long long)m.duration_count, m.duration_sum,
+		   (unsigned long long)m.duration_count, active);
+	return buf_steal(&b);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun serve: the one place a run is executed (cold now; a warm pool plugs in via s->pool). */
+#include <stdlib.h>
+
+#include "clock.h"
+#include "serve.h"
+
+static const double serve_bucket_le[SERVE_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+						       5,    10,  30,   60,  120, 300 };
+
+static void serve_count(struct serve *s, int rc, const struct nbrun_result *res, bool warm,
+			uint64_t ms)
+{
+	enum serve_outcome o = SERVE_OUT_ABORTED;
+	double secs = (double)ms / 1000.0;
+
+	if (rc == 0 && res)
+		o = (enum serve_outcome)nbrun_result_status(res);
+	pthread_mutex_lock(&s->lock);
+	s->m.runs[o]++;
+	if (warm)
+		s->m.pool_hits++;
+	else
+		s->m.pool_misses++;
+	for (size_t i = 0; i < SERVE_BUCKETS; i++)
+		if (secs <= serve_bucket_le[i]) {
+			s->m.buckets[i]++;
+			break;
+		}
+	s->m.duration_count++;
+	s->m.duration_sum += secs;
+	pthread_mutex_unlock(&s->lock);
+}
+
+const double *serve_buckets(void)
+{
+	return serve_bucket_le;
+}
+
+int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
+		  const struct serve_request *req, const struct nbrun_run_options *opts)
+{
+	char *injected = NULL;
+	size_t len = req->notebook_len;
+	uint64_t t0 = clock_mono_ms();
+	int rc;
+
+	*out = NULL;
+	/* s->pool is always NULL for now: every run is cold, a pool miss. */
+	if (req->notebook) {
+		if (req->params) {
+			rc = nbrun_notebook_inject_params(&injected, &len, ctx, req->notebook,
+							  req->notebook_len, req->params);
+			if (rc < 0)
+				goto out;
+		}
+		rc = nbrun_run_notebook(out, ctx, injected ? injected : req->notebook, len, opts);
+	} else {
+		rc = nbrun_run_code(out, ctx, req->code, opts);
+	}
+	serve_count(s, rc, *out, false, clock_mono_ms() - t0);
+out:
+	free(injected);
+	return rc;
+}

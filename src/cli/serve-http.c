@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun serve: libmicrohttpd glue: routing, bearer-token auth, bounded bodies, replies. */
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "cli.h"
+#include "serve.h"
+
+/* More than this many connections at once are refused by libmicrohttpd. */
+#define SERVE_CONN_LIMIT 256
+
+struct serve_http {
+	struct MHD_Daemon *daemon;
+	struct serve *s;
+	unsigned char token_hash[32];
+};
+
+enum serve_route {
+	ROUTE_NONE,
+	ROUTE_HEALTH,
+	ROUTE_METRICS,
+	ROUTE_RUNS,          /* POST /v1/runs */
+	ROUTE_RUN_RESULT,    /* GET /v1/runs/{id} */
+	ROUTE_RUN_NOTEBOOK,  /* GET /v1/runs/{id}/notebook */
+	ROUTE_RUN_IMAGE,     /* GET /v1/runs/{id}/images/{name} */
+	ROUTE_RUN_FILE,      /* GET /v1/runs/{id}/files/{path} */
+};
+
+/* Per-request state, from the first call of the handler to the completion callback. */
+struct serve_conn {
+	struct buf body;
+	bool too_large;
+	uint64_t discarded; /* bytes past the cap; a body that goes on and on gets the connection closed */
+	uint64_t t0;
+};
+
+static int serve_hash(unsigned char out[32], const char *s, size_t n)
+{
+	unsigned int len = 0;
+
+	return EVP_Digest(s, n, out, &len, EVP_sha256(), NULL) == 1 && len == 32 ? 0 : -1;
+}
+
+/* Constant time whatever the length of what was sent: compare SHA-256 digests. */
+static bool serve_authorized(struct serve_http *h, struct MHD_Connection *c)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	unsigned char got[32];
+
+	if (!v || strncasecmp(v, "Bearer ", 7))
+		return false;
+	v += 7;
+	while (*v == ' ')
+		v++;
+	if (serve_hash(got, v, strlen(v)) < 0)
+		return false;
+	return CRYPTO_memcmp(got, h->token_hash, sizeof(got)) == 0;
+}
+
+static void serve_log(struct MHD_Connection *c, const char *method, const char *url,
+		      unsigned int status, const struct serve_conn *sc)
+{
+	fprintf(stderr, "nbrun: serve: %s %.200s %u %.3fs\n", method, url, status,
+		sc ? (double)(clock_mono_ms() - sc->t0) / 1000.0 : 0.0);
+}
+
+static enum MHD_Result serve_queue(struct MHD_Connection *c, unsigned int status,
+				   struct MHD_Response *r, const char *type)
+{
+	enum MHD_Result ret;
+
+	if (!r)
+		return MHD_NO;
+	if (type)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	/* Nothing the sandbox made may run as a page of this origin. */
+	MHD_add_response_header(r, "Content-Security-Policy", "sandbox; default-src 'none'");
+	ret = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result serve_send(struct MHD_Connection *c, struct serve_reply *reply,
+				  const char *method, const char *url, const struct serve_conn *sc)
+{
+	struct MHD_Response *r;
+	char *text = reply->body ? json_dumps(reply->body, JSON_COMPACT) : NULL;
+	char retry[16];
+
+	json_decref(reply->body);
+	reply->body = NULL;
+	if (!text) {
+		static const char oom[] = "{\"error\": \"out of memory\", \"kind\": \"internal\"}";
+		reply->status = 500;
+		r = MHD_create_response_from_buffer(strlen(oom), (void *)oom, MHD_RESPMEM_PERSISTENT);
+	} else {
+		r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		if (!r)
+			free(text);
+	}
+	if (r && reply->retry_after) {
+		snprintf(retry, sizeof(retry), "%u", reply->retry_after);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+	}
+	if (r && reply->status == 405)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
+					!strcmp(url, "/v1/runs") ? "POST" : "GET, HEAD");
+	if (r && reply->status == 401)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	serve_log(c, method, url, reply->status, sc);
+	return serve_queue(c, reply->status, r, "application/json");
+}
+
+static enum MHD_Result serve_send_error(struct MHD_Connection *c, unsigned int status,
+					const char *kind, const char *msg, const char *method,
+					const char *url, const struct serve_conn *sc)
+{
+	struct serve_reply reply = { 0, NULL, 0 };
+
+	serve_reply_error(&reply, status, kind, "%s", msg);
+	return serve_send(c, &reply, method, url, sc);
+}
+
+/*
+ * Split /v1/runs/{id}[/notebook | /images/NAME | /files/PATH]. The url is
+ * already percent-decoded by libmicrohttpd; what it names is checked when
+ * it is opened (serve_open_below).
+ */
+static enum serve_route serve_route_of(const char *url, char *id, size_t idlen, const char **rest)
+{
+	const char *p;
+	size_t n;
+
+	*rest = NULL;
+	if (!strcmp(url, "/v1/health"))
+		return ROUTE_HEALTH;
+	if (!strcmp(url, "/metrics"))
+		return ROUTE_METRICS;
+	if (!strcmp(url, "/v1/runs"))
+		return ROUTE_RUNS;
+	if (strncmp(url, "/v1/runs/", 9))
+		return ROUTE_NONE;
+	p = url + 9;
+	n = strcspn(p, "/");
+	if (n == 0 || n >= idlen)
+		return ROUTE_NONE;
+	memcpy(id, p, n);
+	id[n] = '\0';
+	p += n;
+	if (!*p)
+		return ROUTE_RUN_RESULT;
+	if (!strcmp(p, "/notebook"))
+		return ROUTE_RUN_NOTEBOOK;
+	if (!strncmp(p, "/images/", 8) && p[8] && !strchr(p + 8, '/')) {
+		*rest = p + 1; /* "images/NAME", as in the result */
+		return ROUTE_RUN_IMAGE;
+	}
+	if (!strncmp(p, "/files/", 7) && p[7]) {
+		*rest = p + 1;
+		return ROUTE_RUN_FILE;
+	}
+	return ROUTE_NONE;
+}
+
+static const char *serve_image_type(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+
+	if (!dot)
+		return "application/octet-stream";
+	if (!strcmp(dot, ".png"))
+		return "image/png";
+	if (!strcmp(dot, ".jpg"))
+		return "image/jpeg";
+	if (!strcmp(dot, ".gif"))
+		return "image/gif";
+	if (!strcmp(dot, ".svg"))
+		return "image/svg+xml";
+	if (!strcmp(dot, ".pdf"))
+		return "application/pdf";
+	return "application/octet-stream";
+}
+
+/* A stored output of a run, streamed from its file. */
+static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connection *c,
+				       const char *id, const char *rel, enum serve_route route,
+				       const char *method, const char *url,
+				       const struct serve_conn *sc)
+{
+	struct MHD_Response *r;
+	struct stat st;
+	int run_fd = -1, fd = -1;
+	const char *type;
+
+	if (!serve_run_id_valid(id))
+		goto missing;
+	run_fd = openat(h->s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0)
+		goto missing;
+	fd = serve_open_below(run_fd, rel);
+	close(run_fd);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		goto missing;
+	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+	if (!r)
+		goto missing;
+	if (route == ROUTE_RUN_NOTEBOOK)
+		type = "application/x-ipynb+json";
+	else if (route == ROUTE_RUN_IMAGE)
+		type = serve_image_type(rel);
+	else
+		type = "application/octet-stream";
+	serve_log(c, method, url, 200, sc);
+	return serve_queue(c, 200, r, type);
+missing:
+	if (fd >= 0)
+		close(fd);
+	return serve_send_error(c, 404, "not_found", "no such run or output", method, url, sc);
+}
+
+static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connection *c,
+					 struct serve_conn *sc, const char *method, const char *url)
+{
+	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_request req;
+	char tmp_root[4096];
+
+	if (sc->too_large)
+		return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB", method,
+					url, sc);
+	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", h->s->state_dir);
+	if (serve_request_parse(&req, &reply, h->s, sc->body.data ? sc->body.data : "", sc->body.len,
+				tmp_root) == 0) {
+		buf_free(&sc->body); /* the files are on disk now */
+		serve_api_run(&reply, h->s, &req);
+		serve_request_free(&req);
+	}
+	return serve_send(c, &reply, method, url, sc);
+}
+
+static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const char *url,
+				     const char *method, const char *version,
+				     const char *upload_data, size_t *upload_data_size,
+				     void **con_cls)
+{
+	struct serve_http *h = cls;
+	struct serve_conn *sc = *con_cls;
+	struct serve_reply reply = { 0, NULL, 0 };
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	enum serve_route route;
+	const char *rest, *len;
+	char id[80];
+	char *text;
+
+	route = serve_route_of(url, id, sizeof(id), &rest);
+	if (sc) {
+		/* The body of POST /v1/runs, in pieces, then one last call. */
+		if (*upload_data_size) {
+			if (!sc->too_large && buf_append(&sc->body, upload_data, *upload_data_size) < 0) {
+				sc->too_large = true;
+				buf_free(&sc->body);
+			}
+			if (sc->too_large && (sc->discarded += *upload_data_size) > SERVE_BODY_MAX)
+				return MHD_NO;
+			*upload_data_size = 0;
+			return MHD_YES;
+		}
+		return serve_finish_post(h, c, sc, method, url);
+	}
+	if (route == ROUTE_HEALTH) {
+		if (!get)
+			return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
+		serve_api_health(&reply, h->s);
+		return serve_send(c, &reply, method, url, NULL);
+	}
+	if (!serve_authorized(h, c))
+		return serve_send_error(c, 401, "auth",
+					"missing or wrong token (send 'Authorization: Bearer TOKEN')",
+					method, url, NULL);
+	if (route == ROUTE_NONE)
+		return serve_send_error(c, 404, "not_found", "no such endpoint", method, url, NULL);
+	if (route == ROUTE_RUNS) {
+		if (strcmp(method, "POST"))
+			return serve_send_error(c, 405, "method", "use POST", method, url, NULL);
+		len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
+			return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+						method, url, NULL);
+		sc = calloc(1, sizeof(*sc));
+		if (!sc)
+			return MHD_NO;
+		buf_init(&sc->body, SERVE_BODY_MAX);
+		sc->t0 = clock_mono_ms();
+		*con_cls = sc;
+		return MHD_YES;
+	}
+	if (!get)
+		return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
+	switch (route) {
+	case ROUTE_METRICS:
+		text = serve_api_metrics(h->s);
+		serve_log(c, method, url, text ? 200 : 500, NULL);
+		return serve_queue(c, 200,
+				   text ? MHD_create_response_from_buffer(strlen(text), text,
+									  MHD_RESPMEM_MUST_FREE)
+					: NULL,
+				   "text/plain; version=0.0.4");
+	case ROUTE_RUN_RESULT:
+		serve_api_get_result(&reply, h->s, id);
+		return serve_send(c, &reply, method, url, NULL);
+	case ROUTE_RUN_NOTEBOOK:
+		return serve_send_file(h, c, id, "notebook.ipynb", route, method, url, NULL);
+	default:
+		return serve_send_file(h, c, id, rest, route, method, url, NULL);
+	}
+}
+
+static void serve_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			    enum MHD_RequestTerminationCode toe)
+{
+	struct serve_conn *sc = *con_cls;
+
+	if (!sc)
+		return;
+	buf_free(&sc->body);
+	free(sc);
+	*con_cls = NULL;
+}
+
+struct serve_http *serve_http_start(struct serve *s, int listen_fd)
+{
+	struct serve_http *h = calloc(1, sizeof(*h));
+
+	if (!h || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0) {
+		cli_error("out of memory");
+		close(listen_fd);
+		free(h);
+		return NULL;
+	}
+	h->s = s;
+	/*
+	 * A thread per connection: a run blocks its handler for seconds, and
+	 * the number of runs at once is capped separately (max_runs, 503).
+	 */
+	h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+				     MHD_USE_ITC | MHD_USE_ERROR_LOG,
+				     0, NULL, NULL, serve_handler, h,
+				     MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+				     MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVE_CONN_LIMIT,
+				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVE_CONN_TIMEOUT_S,
+				     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+				     MHD_OPTION_NOTIFY_COMPLETED, serve_completed, h,
+				     MHD_OPTION_END);
+	if (!h->daemon) {
+		cli_error("cannot start the HTTP server (libmicrohttpd)");
+		close(listen_fd);
+		free(h);
+		return NULL;
+	}
+	return h;
+}
+
+void serve_http_quiesce(struct serve_http *h)
+{
+	MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+}
+
+void serve_http_stop(struct serve_http *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->daemon);
+	free(h);
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/* nbrun serve: shared state of the HTTP server, its API layer and its executor. */
+#ifndef NBRUN_SERVE_H
+#define NBRUN_SERVE_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "nbrun.h"
+
+/*
+ * Limits of the HTTP API (documented in `nbrun serve --help` and the README).
+ * A request body larger than SERVE_BODY_MAX is refused with 413; an image or
+ * file is inlined as content_base64 in the POST reply when it is at most
+ * SERVE_INLINE_ONE bytes and the inlined bytes stay within SERVE_INLINE_ALL.
+ */
+#define SERVE_BODY_MAX (64u << 20)
+#define SERVE_INLINE_ONE (1u << 20)
+#define SERVE_INLINE_ALL (8u << 20)
+#define SERVE_MAX_FILES 1000
+#define SERVE_MAX_ENV 256
+#define SERVE_CONN_TIMEOUT_S 30
+#define SERVE_TOKEN_MAX 1024
+#define SERVE_DEFAULT_PORT 8411
+#define SERVE_DEFAULT_RETENTION_MS (3600u * 1000u)
+#define SERVE_DEFAULT_KEEP 1000
+/* Duration histogram buckets in seconds (Prometheus "le"). */
+#define SERVE_BUCKETS 12
+
+enum serve_outcome {
+	SERVE_OUT_OK = 0,   /* the five run statuses, in enum nbrun_status order */
+	SERVE_OUT_ERROR,
+	SERVE_OUT_TIMEOUT,
+	SERVE_OUT_OOM,
+	SERVE_OUT_FAILED,
+	SERVE_OUT_ABORTED,  /* the library made no result (engine down, cancelled, ...) */
+	SERVE_OUT_COUNT,
+};
+
+struct serve_metrics {
+	uint64_t runs[SERVE_OUT_COUNT];
+	uint64_t pool_hits, pool_misses;
+	uint64_t buckets[SERVE_BUCKETS]; /* cumulative counts are made when printing */
+	uint64_t duration_count;
+	double duration_sum;
+};
+
+struct serve {
+	/* configuration, fixed once the server listens */
+	struct nbrun_run_options opts; /* per-run defaults and limits; files/env/out_dir unset */
+	char *state_dir;               /* absolute */
+	char *runs_dir;                /* STATE/runs */
+	int runs_fd;                   /* open on runs_dir */
+	char token[SERVE_TOKEN_MAX + 1];
+	unsigned int pool_size;        /* configured; the pool itself is not there yet */
+	unsigned int max_runs;         /* runs executing at once; beyond: 503 */
+	unsigned int keep_runs;        /* stored runs kept */
+	uint64_t retention_ms;
+	/*
+	 * Where runs execute. NULL: every run is cold (nbrun_run_code and
+	 * nbrun_run_notebook). A warm pool plugs in here; serve_execute() is
+	 * the only place that looks at it.
+	 */
+	void *pool;
+	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
+	const volatile sig_atomic_t *stopping;
+
+	pthread_mutex_t lock; /* guards what follows */
+	pthread_cond_t idle;  /* signalled when runs_active drops */
+	unsigned int runs_active;
+	struct serve_metrics m;
+};
+
+/* One POST /v1/runs, validated. */
+struct serve_request {
+	char *code;          /* or */
+	char *notebook;      /* nbformat JSON text */
+	size_t notebook_len;
+	char *params;        /* JSON object text, with notebook only */
+	char **env;          /* "K=V", env_count entries */
+	size_t env_count;
+	char **files;        /* absolute paths in tmp_dir */
+	size_t file_count;
+	char *tmp_dir;       /* private directory holding the uploaded files */
+	uint64_t timeout_ms; /* 0: the server's */
+};
+
+/* HTTP-ish outcome of an API call: status code and a JSON body. */
+struct serve_reply {
+	unsigned int status;
+	json_t *body;
+	unsigned int retry_after; /* seconds, for 503; 0: no header */
+};
+
+/* serve-api.c */
+/* Parse and validate a POST /v1/runs body; files are written to a new temp dir below tmp_root. */
+int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
+			const char *body, size_t len, const char *tmp_root);
+void serve_request_free(struct serve_request *req);
+/* Execute a parsed request and fill the reply (200 + result document, or an error). */
+void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
+/* GET /v1/runs/{id}: the stored result with urls. */
+void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id);
+void serve_api_health(struct serve_reply *reply, struct serve *s);
+/* Prometheus text; malloc'd. */
+char *serve_api_metrics(struct serve *s);
+/* {"error": msg}; takes a printf format. */
+void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+bool serve_run_id_valid(const char *id);
+/* Percent-encode a relative path for a URL (keeps '/'). malloc'd or NULL. */
+char *serve_url_path(const char *path);
+/* Base64 without line breaks (libb64 wraps lines). malloc'd or NULL. */
+char *serve_base64(const unsigned char *p, size_t n);
+
+/* serve-exec.c */
+/*
+ * The one place a run is executed: cold today, from the warm pool when
+ * s->pool is set. Counts the run in the metrics. Returns what the library
+ * returned; *out receives the result when 0.
+ */
+int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
+		  const struct serve_request *req, const struct nbrun_run_options *opts);
+/* Upper bounds ("le") of the duration histogram's buckets, SERVE_BUCKETS of them. */
+const double *serve_buckets(void);
+
+/* serve-http.c */
+struct serve_http;
+/* Start answering on the listening socket fd (taken over). NULL on failure (message printed). */
+struct serve_http *serve_http_start(struct serve *s, int listen_fd);
+/* Stop accepting connections (the listening socket is closed). */
+void serve_http_quiesce(struct serve_http *h);
+/* Close every connection and stop. */
+void serve_http_stop(struct serve_http *h);
+
+/* cmd-serve.c */
+/* Remove a directory tree below dirfd without following symlinks. 0 or -errno. */
+int serve_rm_tree(int dirfd, const char *name);
+/* $NBRUN_STATE_DIR, /var/lib/nbrun as root, else $XDG_STATE_HOME/nbrun or ~/.local/state/nbrun. */
+char *serve_default_state_dir(void);
+/*
+ * Open a regular file at rel (a relative path of safe components: no "",
+ * ".", "..", control characters) below dirfd, following no symlink.
+ * Returns the fd or -errno (-EINVAL for a bad path).
+ */
+int serve_open_below(int dirfd, const char *rel);
+/* A name for one path component: not empty, ".", "..", no '/', no control bytes, <= 255 bytes. */
+bool serve_name_safe(const char *name, size_t len);
+
+#endif
