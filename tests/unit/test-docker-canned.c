@@ -9,6 +9,10 @@
  * from a script chosen by the test. Every wait in it is bounded by poll()
  * timeouts, and every test arms alarm() so that a hang kills the test
  * instead of the suite.
+ *
+ * The Docker sandbox backend is tested against the same server: a few
+ * per-request answers (rules) script the engine, and the recorded request
+ * bodies show the container spec it was sent.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -45,6 +49,19 @@ enum mode {
 	MODE_DOWNLOAD,    /* 200 with body_len bytes */
 };
 
+/* Answer requests whose "METHOD path" contains req (and whose body contains
+ * body_has, when set) with status and reply, whatever the mode. */
+struct rule {
+	const char *req;
+	const char *body_has;
+	int status;
+	const char *reply;
+};
+
+#define MAX_ASKED 32
+#define MAX_RULES 8
+#define BODY_MAX (1u << 20) /* request bodies recorded up to this size */
+
 struct srv {
 	char dir[128];
 	char sock[192];
@@ -60,9 +77,12 @@ struct srv {
 	int status;
 	const char *body;
 	size_t body_len;
+	struct rule rules[MAX_RULES];
+	int n_rules;
 	/* what was asked */
 	pthread_mutex_t mu;
-	char paths[32][600];
+	char paths[MAX_ASKED][600];
+	char *bodies[MAX_ASKED]; /* NUL-terminated; NULL when none or over BODY_MAX */
 	int n;
 };
 
@@ -205,10 +225,12 @@ static void serve_logs(int fd)
 
 static void serve_one(int fd)
 {
-	char req[8192] = "", method[16] = "", path[512] = "";
+	char req[8192] = "", method[16] = "", path[512] = "", line[600];
 	size_t len = 0;
-	char *end = NULL, *cl;
-	long body = 0;
+	char *end = NULL, *cl, *data = NULL;
+	long body = 0, want = 0;
+	size_t have, dlen = 0;
+	const struct rule *rule = NULL;
 
 	while (len < sizeof(req) - 1 && !(end = strstr(req, "\r\n\r\n"))) {
 		ssize_t n;
@@ -224,21 +246,43 @@ static void serve_one(int fd)
 		return;
 	cl = strcasestr(req, "\r\nContent-Length:");
 	if (cl)
-		body = strtol(cl + 17, NULL, 10) - (long)(len - (size_t)(end + 4 - req));
+		want = strtol(cl + 17, NULL, 10);
+	have = len - (size_t)(end + 4 - req);
+	body = want - (long)have;
+	if (want > 0 && (unsigned long)want <= BODY_MAX && (data = malloc((size_t)want + 1))) {
+		dlen = have < (size_t)want ? have : (size_t)want;
+		memcpy(data, end + 4, dlen);
+	}
 	while (body > 0) {
 		char tmp[4096];
 		ssize_t n;
-		if (!wait_readable(fd, S.stop[0], 5000))
+		if (!wait_readable(fd, S.stop[0], 5000) || (n = recv(fd, tmp, sizeof(tmp), 0)) <= 0) {
+			free(data);
 			return;
-		n = recv(fd, tmp, sizeof(tmp), 0);
-		if (n <= 0)
-			return;
+		}
+		if (data) {
+			size_t k = (size_t)n < (size_t)want - dlen ? (size_t)n : (size_t)want - dlen;
+			memcpy(data + dlen, tmp, k);
+			dlen += k;
+		}
 		body -= n;
 	}
+	if (data)
+		data[dlen] = '\0';
+	snprintf(line, sizeof(line), "%s %s", method, path);
 	pthread_mutex_lock(&S.mu);
-	if (S.n < 32)
-		snprintf(S.paths[S.n++], sizeof(S.paths[0]), "%s %s", method, path);
+	for (int i = 0; i < S.n_rules && !rule; i++) {
+		if (strstr(line, S.rules[i].req) &&
+		    (!S.rules[i].body_has || (data && strstr(data, S.rules[i].body_has))))
+			rule = &S.rules[i];
+	}
+	if (S.n < MAX_ASKED) {
+		S.bodies[S.n] = data;
+		data = NULL;
+		snprintf(S.paths[S.n++], sizeof(S.paths[0]), "%s", line);
+	}
 	pthread_mutex_unlock(&S.mu);
+	free(data);
 
 	if (!strcmp(path, "/_ping")) {
 		char hdr[64] = "";
@@ -260,6 +304,10 @@ static void serve_one(int fd)
 		int n = snprintf(b, sizeof(b), "{\"Version\":\"20.10.0\",\"ApiVersion\":\"%s\"}",
 				 S.version_api ? S.version_api : "1.41");
 		respond(fd, 200, NULL, b, (size_t)n);
+		return;
+	}
+	if (rule) {
+		respond(fd, rule->status, NULL, rule->reply, strlen(rule->reply));
 		return;
 	}
 	switch (S.mode) {
@@ -404,6 +452,8 @@ static int teardown(void **state)
 			closedir(dir);
 	}
 	rmdir(S.dir);
+	for (int i = 0; i < S.n; i++)
+		free(S.bodies[i]);
 	pthread_mutex_destroy(&S.mu);
 	alarm(0);
 	return 0;
@@ -987,6 +1037,472 @@ static void download_hangs(void **state)
 	nbrun__docker_free(d);
 }
 
+/* ---- the Docker sandbox backend ------------------------------------------------------- */
+
+static void answer(const char *req, const char *body_has, int status, const char *reply)
+{
+	assert_true(S.n_rules < MAX_RULES);
+	pthread_mutex_lock(&S.mu);
+	S.rules[S.n_rules++] = (struct rule){ req, body_has, status, reply };
+	pthread_mutex_unlock(&S.mu);
+}
+
+static int n_asked(void)
+{
+	int n;
+
+	pthread_mutex_lock(&S.mu);
+	n = S.n;
+	pthread_mutex_unlock(&S.mu);
+	return n;
+}
+
+/* The first request from index from on whose "METHOD path" starts with what, or -1. */
+static int find_asked(const char *what, int from)
+{
+	for (int i = from; i < n_asked(); i++)
+		if (!strncmp(asked(i), what, strlen(what)))
+			return i;
+	return -1;
+}
+
+static int count_asked_from(const char *what, int from)
+{
+	int n = 0;
+
+	for (int i = find_asked(what, from); i >= 0; i = find_asked(what, i + 1))
+		n++;
+	return n;
+}
+
+static int count_asked(const char *what)
+{
+	return count_asked_from(what, 0);
+}
+
+/* The body of request i, parsed; the server thread is done with it. */
+static json_t *asked_json(int i)
+{
+	json_t *j;
+	json_error_t e;
+
+	assert_true(i >= 0 && i < n_asked());
+	if (!S.bodies[i])
+		fail_msg("request %d (%s) has no recorded body", i, asked(i));
+	j = json_loads(S.bodies[i], 0, &e);
+	if (!j)
+		fail_msg("request %d body is not JSON: %s", i, e.text);
+	return j;
+}
+
+static const char *const test_env_entries[] = { "LANG=C.UTF-8", "EMPTY=", "X=a=b c" };
+
+/* Sizes over 2^31 so that a narrowing on the way shows. */
+static struct nbrun__sandbox_spec test_spec(bool network)
+{
+	return (struct nbrun__sandbox_spec){
+		.memory_bytes = (3ULL << 30) + 4096,
+		.nano_cpus = 2500000000ULL,
+		.pids = 321,
+		.disk_bytes = 100ULL << 20,
+		.app_bytes = 7ULL << 20,
+		.network = network,
+		.env = test_env_entries,
+		.env_count = sizeof(test_env_entries) / sizeof(test_env_entries[0]),
+		.cell_timeout_s = 42,
+	};
+}
+
+/* Start the server and open a sandbox named id on it. */
+static struct nbrun__sandbox *sandbox_ok(struct nbrun_ctx *ctx, const char *id)
+{
+	struct nbrun__sandbox *sb = NULL;
+	int rc;
+
+	srv_start();
+	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, id);
+	if (rc != 0)
+		fail_msg("nbrun__sandbox_new: %d %s", rc, ctx->errmsg);
+	assert_non_null(sb);
+	assert_string_equal(sb->id, id);
+	return sb;
+}
+
+static void sandbox_created(struct nbrun_ctx *ctx, struct nbrun__sandbox *sb,
+			    const struct nbrun__sandbox_spec *spec)
+{
+	int rc = sb->ops->create(sb, spec);
+
+	if (rc != 0)
+		fail_msg("create: %d %s", rc, ctx->errmsg);
+}
+
+static void sandbox_no_image(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "noimg");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char nf[] = "{\"message\":\"No such image\"}";
+
+	answer("GET /v1.41/images/", NULL, 404, nf);
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_ENOIMAGE);
+	assert_non_null(strstr(ctx.errmsg, "scripts/setup"));
+	assert_non_null(strstr(ctx.errmsg, NBRUN_DEFAULT_IMAGE ":latest"));
+	nbrun__sandbox_free(sb);
+	/* The versioned tag, then :latest; nothing created, so nothing removed. */
+	assert_string_equal(asked(0), "GET /_ping");
+	assert_string_equal(asked(1), "GET /v1.41/images/" NBRUN_DEFAULT_IMAGE ":" NBRUN_VERSION "/json");
+	assert_string_equal(asked(2), "GET /v1.41/images/" NBRUN_DEFAULT_IMAGE ":latest/json");
+	assert_int_equal(n_asked(), 3);
+}
+
+/* An image the caller named is not swapped for :latest. */
+static void sandbox_named_image_missing(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "noimg2");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char nf[] = "{\"message\":\"No such image\"}";
+
+	spec.image = "mine:1";
+	answer("GET /v1.41/images/", NULL, 404, nf);
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_ENOIMAGE);
+	assert_non_null(strstr(ctx.errmsg, "mine:1"));
+	nbrun__sandbox_free(sb);
+	assert_string_equal(asked(1), "GET /v1.41/images/mine:1/json");
+	assert_int_equal(n_asked(), 2);
+}
+
+/* The second volume fails: only the first is removed, and no container is made. */
+static void sandbox_data_volume_fails(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "volfail");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char err[] = "{\"message\":\"volume driver said no (canned)\"}";
+
+	answer("POST /v1.41/volumes/create", "\"nbrun-volfail-data\"", 500, err);
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_EENGINE);
+	assert_non_null(strstr(ctx.errmsg, "volume driver said no (canned)"));
+	assert_int_equal(count_asked("POST /v1.41/volumes/create"), 2);
+	assert_int_equal(find_asked("POST /v1.41/containers/create", 0), -1);
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked("DELETE "), 1);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-volfail-app?force=1", 0), -1);
+}
+
+/* The first volume fails: the second is not asked for, nothing is removed. */
+static void sandbox_app_volume_fails(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "volfail2");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char err[] = "{\"message\":\"volume driver said no (canned)\"}";
+
+	answer("POST /v1.41/volumes/create", NULL, 500, err);
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_EENGINE);
+	assert_non_null(strstr(ctx.errmsg, "volume driver said no (canned)"));
+	assert_int_equal(count_asked("POST /v1.41/volumes/create"), 1);
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked("DELETE "), 0);
+	assert_int_equal(count_asked("POST /v1.41/containers/"), 0);
+}
+
+/* The container is refused: both volumes go, the container never existed. */
+static void sandbox_container_refused(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "ctrfail");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char err[] = "{\"message\":\"Conflict. The container name is in use (canned)\"}";
+
+	answer("POST /v1.41/containers/create", NULL, 409, err);
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_EENGINE);
+	assert_non_null(strstr(ctx.errmsg, "The container name is in use (canned)"));
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked("DELETE "), 2);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/"), 0);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-ctrfail-app?force=1", 0), -1);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-ctrfail-data?force=1", 0), -1);
+}
+
+static bool json_array_has_string(const json_t *a, const char *s)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(a, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), s))
+			return true;
+	return false;
+}
+
+/* The profile in "seccomp=<json>" refuses ptrace outright (no argument filter). */
+static bool seccomp_denies(const char *opt, const char *syscall)
+{
+	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule;
+	bool denied = false;
+	size_t i;
+
+	if (!p)
+		fail_msg("the seccomp profile is not JSON");
+	assert_string_equal(json_string_value(json_object_get(p, "defaultAction")), "SCMP_ACT_ALLOW");
+	json_array_foreach(json_object_get(p, "syscalls"), i, rule) {
+		const char *action = json_string_value(json_object_get(rule, "action"));
+		if (json_array_has_string(json_object_get(rule, "names"), syscall) && action &&
+		    (!strcmp(action, "SCMP_ACT_ERRNO") || !strcmp(action, "SCMP_ACT_KILL")) &&
+		    json_array_size(json_object_get(rule, "args")) == 0)
+			denied = true;
+	}
+	json_decref(p);
+	return denied;
+}
+
+static void check_volume_request(int i, const char *name, uint64_t bytes)
+{
+	json_t *v = asked_json(i);
+	char size[64];
+
+	assert_string_equal(json_string_value(json_object_get(v, "Name")), name);
+	snprintf(size, sizeof(size), "size=%llu,", (unsigned long long)bytes);
+	assert_non_null(strstr(json_string_value(json_object_get(json_object_get(v, "DriverOpts"), "o")) ?: "",
+			       size));
+	json_decref(v);
+}
+
+/* Create one sandbox, check what the engine was asked to make, free it. */
+static void check_created_spec(const char *id, bool network)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb;
+	struct nbrun__sandbox_spec spec = test_spec(network);
+	char want[256], app[64], data[64];
+	json_t *c, *hc, *v;
+	const char *seccomp = NULL;
+	size_t i;
+	int at, from = n_asked();
+
+	if (!S.running)
+		srv_start();
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker, id), 0);
+	sandbox_created(&ctx, sb, &spec);
+	assert_string_equal(sb->image, NBRUN_DEFAULT_IMAGE ":" NBRUN_VERSION);
+	snprintf(app, sizeof(app), "nbrun-%s-app", id);
+	snprintf(data, sizeof(data), "nbrun-%s-data", id);
+
+	/* the volumes, each with its own size */
+	at = find_asked("POST /v1.41/volumes/create", from);
+	assert_true(at >= 0);
+	check_volume_request(at, app, spec.app_bytes);
+	at = find_asked("POST /v1.41/volumes/create", at + 1);
+	assert_true(at >= 0);
+	check_volume_request(at, data, spec.disk_bytes);
+
+	snprintf(want, sizeof(want), "POST /v1.41/containers/create?name=nbrun-%s", id);
+	at = find_asked(want, from);
+	assert_true(at >= 0);
+	assert_string_equal(asked(at), want);
+	c = asked_json(at);
+	hc = json_object_get(c, "HostConfig");
+	assert_non_null(hc);
+
+	assert_string_equal(json_string_value(json_object_get(c, "Image")), sb->image);
+	assert_string_equal(json_string_value(json_object_get(c, "User")), "1000:1000");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(c, "Labels"), NBRUN_LABEL)),
+			    sb->id);
+	v = json_object_get(c, "Env");
+	assert_int_equal(json_array_size(v), spec.env_count);
+	for (i = 0; i < spec.env_count; i++)
+		assert_string_equal(json_string_value(json_array_get(v, i)), spec.env[i]);
+
+	v = json_object_get(hc, "CapDrop");
+	assert_int_equal(json_array_size(v), 1);
+	assert_string_equal(json_string_value(json_array_get(v, 0)), "ALL");
+	assert_int_equal(json_array_size(json_object_get(hc, "CapAdd")), 0);
+	v = json_object_get(hc, "SecurityOpt");
+	assert_true(json_array_has_string(v, "no-new-privileges") ||
+		    json_array_has_string(v, "no-new-privileges:true"));
+	for (i = 0; i < json_array_size(v); i++)
+		if (!strncmp(json_string_value(json_array_get(v, i)) ?: "", "seccomp=", 8))
+			seccomp = json_string_value(json_array_get(v, i));
+	assert_non_null(seccomp);
+	assert_true(seccomp_denies(seccomp, "ptrace"));
+	assert_true(json_is_true(json_object_get(hc, "ReadonlyRootfs")));
+	assert_false(json_is_true(json_object_get(hc, "Privileged")));
+	if (network) {
+		assert_string_equal(json_string_value(json_object_get(hc, "NetworkMode")), "bridge");
+		assert_false(json_is_true(json_object_get(c, "NetworkDisabled")));
+	} else {
+		assert_string_equal(json_string_value(json_object_get(hc, "NetworkMode")), "none");
+		assert_true(json_is_true(json_object_get(c, "NetworkDisabled")));
+	}
+	assert_true(json_is_integer(json_object_get(hc, "Memory")));
+	assert_true(json_integer_value(json_object_get(hc, "Memory")) == (json_int_t)spec.memory_bytes);
+	assert_true(json_integer_value(json_object_get(hc, "MemorySwap")) == (json_int_t)spec.memory_bytes);
+	assert_true(json_integer_value(json_object_get(hc, "PidsLimit")) == spec.pids);
+	assert_true(json_integer_value(json_object_get(hc, "NanoCpus")) == (json_int_t)spec.nano_cpus);
+	/* the volumes are what the container mounts */
+	v = json_object_get(hc, "Mounts");
+	assert_int_equal(json_array_size(v), 2);
+	for (i = 0; i < 2; i++) {
+		json_t *m = json_array_get(v, i);
+		const char *target = json_string_value(json_object_get(m, "Target"));
+		assert_non_null(target);
+		assert_string_equal(json_string_value(json_object_get(m, "Source")),
+				    !strcmp(target, "/app") ? app : data);
+	}
+	json_decref(c);
+
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked_from("DELETE ", from), 3);
+	snprintf(want, sizeof(want), "DELETE /v1.41/containers/nbrun-%s?force=1&v=1", id);
+	assert_int_not_equal(find_asked(want, from), -1);
+	snprintf(want, sizeof(want), "DELETE /v1.41/volumes/%s?force=1", app);
+	assert_int_not_equal(find_asked(want, from), -1);
+	snprintf(want, sizeof(want), "DELETE /v1.41/volumes/%s?force=1", data);
+	assert_int_not_equal(find_asked(want, from), -1);
+	/* the container goes before the volumes it holds */
+	snprintf(want, sizeof(want), "DELETE /v1.41/containers/nbrun-%s", id);
+	assert_true(find_asked(want, from) < find_asked("DELETE /v1.41/volumes/", from));
+}
+
+static void sandbox_container_spec(void **state)
+{
+	answer("POST /v1.41/containers/create", NULL, 201, "{\"Id\":\"c0ffee\",\"Warnings\":[]}");
+	answer("DELETE /v1.41/volumes/", NULL, 204, "");
+	check_created_spec("spec0", false);
+	check_created_spec("spec1", true);
+}
+
+/* Removal happens once, however often it is asked for. */
+static void sandbox_destroy_idempotent(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "idem");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+
+	sandbox_created(&ctx, sb, &spec);
+	sb->ops->destroy(sb);
+	assert_int_equal(count_asked("DELETE "), 3);
+	sb->ops->destroy(sb);
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked("DELETE "), 3);
+}
+
+/* A raised cancel flag stops the sandbox's requests, but not its removal. */
+static void sandbox_destroy_despite_cancel(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "cancelled");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static volatile sig_atomic_t raised = 1;
+	struct nbrun__sandbox_state st;
+	long t0;
+
+	sandbox_created(&ctx, sb, &spec);
+	nbrun__sandbox_bind(sb, &ctx, &raised);
+	/* The flag is live: a request that would hang is given up. */
+	S.mode = MODE_HANG;
+	answer("DELETE ", NULL, 204, "");
+	t0 = now_ms();
+	assert_int_equal(sb->ops->state(sb, &st), NBRUN_ECANCELLED);
+	assert_true(now_ms() - t0 < 5000);
+	nbrun__sandbox_free(sb);
+	assert_int_equal(count_asked("DELETE "), 3);
+	assert_int_not_equal(find_asked("DELETE /v1.41/containers/nbrun-cancelled?force=1&v=1", 0), -1);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-cancelled-app?force=1", 0), -1);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-cancelled-data?force=1", 0), -1);
+}
+
+static void sandbox_new_invalid(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = (void *)0x1;
+	struct nbrun__sandbox_ops other = nbrun__sandbox_docker;
+
+	srv_start();
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker, "0123456789abcdef"),
+			 NBRUN_EINVAL);
+	assert_null(sb);
+	assert_non_null(strstr(ctx.errmsg, "id"));
+	sb = (void *)0x1;
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker,
+					    "0123456789abcdef0123456789abcdef"),
+			 NBRUN_EINVAL);
+	assert_null(sb);
+	other.version = NBRUN__SANDBOX_OPS_VERSION + 1;
+	sb = (void *)0x1;
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &other, "ok"), NBRUN_EINVAL);
+	assert_null(sb);
+	assert_non_null(strstr(ctx.errmsg, "version"));
+	sb = (void *)0x1;
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, NULL, "ok"), NBRUN_EINVAL);
+	assert_null(sb);
+	/* refused before the engine is reached */
+	assert_int_equal(n_asked(), 0);
+	/* 15 characters is the longest id */
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker, "0123456789abcde"), 0);
+	assert_string_equal(sb->id, "0123456789abcde");
+	nbrun__sandbox_free(sb);
+	/* no id: a fresh random one, 12 hex digits */
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker, NULL), 0);
+	assert_int_equal(strlen(sb->id), 12);
+	assert_int_equal(strspn(sb->id, "0123456789abcdef"), 12);
+	nbrun__sandbox_free(sb);
+	nbrun__sandbox_free(NULL);
+}
+
+static void sandbox_put_archive_refused(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "put");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char nf[] = "{\"message\": \"Could not find the file /app\"}";
+	static const char tar[] = "not really a tar";
+	int at;
+
+	sandbox_created(&ctx, sb, &spec);
+	answer("PUT ", NULL, 404, nf);
+	assert_int_equal(sb->ops->put_archive(sb, "/app", tar, sizeof(tar) - 1), NBRUN_EENGINE);
+	assert_non_null(strstr(ctx.errmsg, "Could not find the file /app"));
+	assert_non_null(strstr(ctx.errmsg, "404"));
+	at = find_asked("PUT ", 0);
+	assert_true(at >= 0);
+	assert_string_equal(asked(at), "PUT /v1.41/containers/nbrun-put/archive?path=/app");
+	assert_non_null(S.bodies[at]);
+	assert_string_equal(S.bodies[at], tar);
+	nbrun__sandbox_free(sb);
+}
+
+static void sandbox_get_archive_missing(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "get");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	static const char nf[] = "{\"message\":\"Could not find the file /mnt/data/out\"}";
+	bool cut = true;
+	struct stat st;
+	int fd;
+	char *p;
+
+	sandbox_created(&ctx, sb, &spec);
+	p = tmpfile_in_dir(&fd);
+	answer("GET /v1.41/containers/nbrun-get/archive?path=/mnt/data/out", NULL, 404, nf);
+	assert_int_equal(sb->ops->get_archive(sb, "/mnt/data/out", fd, 1 << 20, &cut), NBRUN_ENOTFOUND);
+	assert_false(cut);
+	/* the error body is not taken for the archive */
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_not_equal(find_asked("GET /v1.41/containers/nbrun-get/archive?path=/mnt/data/out", 0), -1);
+	/* any other refusal is the engine's */
+	answer("GET /v1.41/containers/nbrun-get/archive?path=/mnt/data/err", NULL, 500, "{\"message\":\"x\"}");
+	assert_int_equal(sb->ops->get_archive(sb, "/mnt/data/err", fd, 1 << 20, &cut), NBRUN_EENGINE);
+	close(fd);
+	unlink(p);
+	free(p);
+	nbrun__sandbox_free(sb);
+}
+
 int main(int argc, char **argv)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1021,6 +1537,17 @@ int main(int argc, char **argv)
 		T(download_not_found),
 		T(download_server_error),
 		T(download_hangs),
+		T(sandbox_no_image),
+		T(sandbox_named_image_missing),
+		T(sandbox_data_volume_fails),
+		T(sandbox_app_volume_fails),
+		T(sandbox_container_refused),
+		T(sandbox_container_spec),
+		T(sandbox_destroy_idempotent),
+		T(sandbox_destroy_despite_cancel),
+		T(sandbox_new_invalid),
+		T(sandbox_put_archive_refused),
+		T(sandbox_get_archive_missing),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	unit_filter_args(argc, argv);
