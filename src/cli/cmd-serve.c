@@ -425,7 +425,7 @@ static void serve_wait_idle(struct serve *s, uint64_t ms)
 	uint64_t until = clock_mono_ms() + ms;
 
 	pthread_mutex_lock(&s->lock);
-	while (s->runs_active && clock_mono_ms() < until) {
+	while ((s->runs_active || s->posts_open) && clock_mono_ms() < until) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 200 * 1000000L;
@@ -602,7 +602,10 @@ int cmd_serve(int argc, char **argv)
 		unlink(sock_path);
 		socket_made = false;
 	}
-	/* serve_stopping is every run's cancel flag: the library removes their containers. */
+	/*
+	 * serve_stopping is every run's cancel flag: the library removes their
+	 * containers. Their requests get their 503 before the connections close.
+	 */
 	serve_wait_idle(&s, SERVE_STOP_WAIT_MS);
 	if (s.runs_active) {
 		/* Their threads are still in the library: nothing they use may be freed. */

@@ -305,6 +305,9 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		buf_init(&sc->body, SERVE_BODY_MAX);
 		sc->t0 = clock_mono_ms();
 		*con_cls = sc;
+		pthread_mutex_lock(&h->s->lock);
+		h->s->posts_open++;
+		pthread_mutex_unlock(&h->s->lock);
 		return MHD_YES;
 	}
 	if (!get)
@@ -331,6 +334,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 static void serve_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			    enum MHD_RequestTerminationCode toe)
 {
+	struct serve_http *h = cls;
 	struct serve_conn *sc = *con_cls;
 
 	if (!sc)
@@ -338,6 +342,11 @@ static void serve_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	buf_free(&sc->body);
 	free(sc);
 	*con_cls = NULL;
+	/* Sent (or given up): shutdown waits for this before closing connections. */
+	pthread_mutex_lock(&h->s->lock);
+	h->s->posts_open--;
+	pthread_cond_broadcast(&h->s->idle);
+	pthread_mutex_unlock(&h->s->lock);
 }
 
 struct serve_http *serve_http_start(struct serve *s, int listen_fd)

@@ -73,6 +73,7 @@ struct serve {
 	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t idle;  /* signalled when runs_active drops */
 	unsigned int runs_active;
+	unsigned int posts_open; /* POST /v1/runs not yet answered in full */
 	struct serve_metrics m;
 };
 

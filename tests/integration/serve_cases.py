@@ -1,0 +1,452 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Integration tests of `nbrun serve` and `nbrun run --server`, real engine and image.
+
+Usage: serve_cases.py CASE   (one meson test per case; see meson.build)
+Requests go through the real curl binary. Every case starts its own server
+(a unix socket or a free loopback port, a private state directory) and kills
+it in a finally block.
+"""
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_cases import NBRUN, check, engine, fail, leftovers, validate  # noqa: E402
+
+CHART = ("import matplotlib.pyplot as plt\n"
+         "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
+         "plt.plot([1, 2, 3], [1, 4, 9])\n"
+         "plt.show()\n")
+
+
+class Server:
+    """nbrun serve on a unix socket (default) or a loopback TCP port."""
+
+    def __init__(self, tcp=False, extra=()):
+        self.tmp = tempfile.mkdtemp(prefix="nbrun-serve-")
+        self.state = os.path.join(self.tmp, "state")
+        self.sock = None if tcp else os.path.join(self.tmp, "s.sock")
+        self.port = free_port() if tcp else None
+        where = ["--listen", "127.0.0.1:%d" % self.port] if tcp else ["--socket", self.sock]
+        self.log = open(os.path.join(self.tmp, "serve.log"), "w+")
+        self.proc = subprocess.Popen([NBRUN, "serve", "--state-dir", self.state] + where +
+                                     list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if "nbrun: serve: state in" in self.stderr():
+                break
+            if self.proc.poll() is not None:
+                fail("serve exited %d: %s" % (self.proc.returncode, self.stderr()))
+            time.sleep(0.05)
+        else:
+            fail("serve did not start: %s" % self.stderr())
+        self.token = None
+        if os.path.exists(os.path.join(self.state, "token")):
+            with open(os.path.join(self.state, "token")) as f:
+                self.token = f.read().strip()
+
+    @property
+    def url(self):
+        return "unix:" + self.sock if self.sock else "http://127.0.0.1:%d" % self.port
+
+    def stderr(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def curl(self, path, data=None, token=True, method=None, extra=()):
+        """(HTTP status, body bytes, headers text) through the curl binary."""
+        body = os.path.join(self.tmp, "body")
+        head = os.path.join(self.tmp, "head")
+        args = ["curl", "-sS", "--path-as-is", "-o", body, "-D", head, "-w", "%{http_code}",
+                "--max-time", "300"]
+        if self.sock:
+            args += ["--unix-socket", self.sock]
+            base = "http://localhost"
+        else:
+            base = "http://127.0.0.1:%d" % self.port
+        if token is True:
+            args += ["-H", "Authorization: Bearer " + self.token]
+        elif token:
+            args += ["-H", "Authorization: Bearer " + token]
+        if data is not None:
+            dfile = os.path.join(self.tmp, "req")
+            with open(dfile, "wb") as f:
+                f.write(data if isinstance(data, bytes) else json.dumps(data).encode())
+            args += ["--data-binary", "@" + dfile, "-H", "Content-Type: application/json"]
+        if method:
+            args += ["-X", method]
+        p = subprocess.run(args + list(extra) + [base + path], capture_output=True, text=True,
+                           timeout=320)
+        check(p.returncode == 0, "curl %s: exit %d %s" % (path, p.returncode, p.stderr))
+        with open(body, "rb") as f:
+            b = f.read()
+        with open(head) as f:
+            h = f.read()
+        return int(p.stdout), b, h
+
+    def json(self, path, data=None, **kw):
+        status, body, _ = self.curl(path, data, **kw)
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            fail("%s: %d, not JSON: %r" % (path, status, body[:300]))
+
+    def metrics(self):
+        status, body, _ = self.curl("/metrics")
+        check(status == 200, "metrics: %d" % status)
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_local(args):
+    return subprocess.run([NBRUN, "run"] + args, capture_output=True, text=True, timeout=300)
+
+
+def png_ok(data):
+    check(data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG: %r" % data[:16])
+
+
+def no_run_left(run_id):
+    left = leftovers(run_id)
+    check(not left, "left behind: %r" % left)
+
+
+# ---- cases -----------------------------------------------------------------
+
+def case_socket_run_curl():
+    s = Server()
+    try:
+        code = ("print('hello from serve')\n" + CHART +
+                "open('/mnt/data/out.txt', 'w').write(open('/mnt/data/in.csv').read().upper())\n")
+        req = {"code": code, "files": [{"path": "in.csv",
+                                         "content_base64": base64.b64encode(b"a,b\n1,2\n").decode()}],
+               "env": {"GREETING": "hi"}, "timeout": "60s"}
+        status, doc = s.json("/v1/runs", req)
+        check(status == 200, "POST: %d %r" % (status, doc))
+        validate(doc)
+        check(doc["status"] == "ok" and doc["stdout"] == "hello from serve\n", doc["stdout"])
+        run_id = doc["run_id"]
+        check(len(doc["images"]) == 1, doc["images"])
+        img = doc["images"][0]
+        data = base64.b64decode(img["content_base64"])
+        png_ok(data)
+        check(len(data) == img["bytes"], "image size")
+        check(img["url"] == "/v1/runs/%s/images/%s" % (run_id, img["path"][7:]), img["url"])
+        files = {f["path"]: f for f in doc["files"]}
+        check(list(files) == ["files/out.txt"], "files: %r (the untouched input must not come back)" % list(files))
+        f = files["files/out.txt"]
+        check(base64.b64decode(f["content_base64"]) == b"A,B\n1,2\n", f)
+        st, body, head = s.curl(f["url"])
+        check(st == 200 and body == b"A,B\n1,2\n", "file by url: %d %r" % (st, body))
+        st, body, head = s.curl(img["url"])
+        check(st == 200 and body == data and "image/png" in head, "image by url: %d" % st)
+        check("nosniff" in head, head)
+        # The kept result: the same document, with urls but nothing inlined.
+        st, kept = s.json("/v1/runs/" + run_id)
+        check(st == 200, "GET result: %d" % st)
+        validate(kept)
+        check("content_base64" not in kept["images"][0] and kept["images"][0]["url"] == img["url"],
+              kept["images"])
+        for k in ("stdout", "outputs", "status", "run_id", "files"):
+            if k != "files":
+                check(kept[k] == doc[k], "kept %s differs" % k)
+        check(kept["out_dir"] == os.path.join(s.state, "runs", run_id), kept["out_dir"])
+        st, nb = s.json("/v1/runs/%s/notebook" % run_id)
+        check(st == 200 and nb.get("nbformat") == 4, "notebook: %d" % st)
+        m = s.metrics()
+        check(m['nbrun_runs_total{status="ok"}'] == 1, m)
+        check(m["nbrun_run_duration_seconds_count"] == 1 and m["nbrun_runs_active"] == 0, m)
+        check(m["nbrun_pool_misses_total"] == 1 and m["nbrun_pool_hits_total"] == 0, m)
+        no_run_left(run_id)
+    finally:
+        s.stop()
+
+
+def case_notebook_params():
+    s = Server()
+    try:
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+              "cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "id": "p",
+                         "source": "n = 1", "outputs": [], "execution_count": None},
+                        {"cell_type": "code", "metadata": {}, "id": "q", "source": "print(n * 2)",
+                         "outputs": [], "execution_count": None}]}
+        status, doc = s.json("/v1/runs", {"notebook": nb, "parameters": {"n": 21}})
+        check(status == 200 and doc["status"] == "ok", "%d %r" % (status, doc))
+        check(doc["stdout"] == "42\n", repr(doc["stdout"]))
+        status, doc = s.json("/v1/runs", {"code": "1", "parameters": {"n": 1}})
+        check(status == 400 and "parameters" in doc["error"], doc)
+    finally:
+        s.stop()
+
+
+def normalise(text, *dirs):
+    for d in dirs:
+        text = text.replace(d, "OUT")
+    return text
+
+
+def case_tcp_remote_same_as_local():
+    s = Server(tcp=True)
+    try:
+        tmp = tempfile.mkdtemp()
+        csv = os.path.join(tmp, "sales.csv")
+        with open(csv, "w") as f:
+            f.write("region,amount\nnorth,10\nsouth,5\n")
+        env = dict(os.environ, NBRUN_TOKEN_FILE=os.path.join(s.state, "token"))
+        env.pop("NBRUN_TOKEN", None)
+        ok_code = ("import pandas as pd\nprint(pd.read_csv('/mnt/data/sales.csv').amount.sum())\n"
+                   "pd.read_csv('/mnt/data/sales.csv').to_csv('/mnt/data/copy.csv')\n"
+                   "# %%\n" + CHART + "# %%\n6*7\n")
+        err_code = "print('before')\n# %%\nraise KeyError('nope')\n"
+        for code, want in ((ok_code, 0), (err_code, 1)):
+            outs = [os.path.join(tmp, "%s-%d" % (k, want)) for k in ("local", "remote")]
+            local = run_local(["-f", csv, "-o", outs[0], "-c", code])
+            remote = subprocess.run([NBRUN, "run", "--server", s.url, "-f", csv, "-o", outs[1],
+                                     "-c", code], capture_output=True, text=True, env=env,
+                                    timeout=300)
+            check(local.returncode == want, "local exit %d: %s" % (local.returncode, local.stderr))
+            check(remote.returncode == want, "remote exit %d: %s" % (remote.returncode, remote.stderr))
+            a, b = normalise(local.stdout, outs[0]), normalise(remote.stdout, outs[1])
+            check(a == b, "stdout differs:\n--- local\n%s\n--- remote\n%s" % (a, b))
+            with open(os.path.join(outs[1], "result.json")) as f:
+                doc = json.load(f)
+            validate(doc)
+            check(doc["out_dir"] == outs[1], doc["out_dir"])
+            for e in doc["images"] + doc["files"]:
+                p = os.path.join(outs[1], e["path"])
+                check(os.path.getsize(p) == e["bytes"], "%s: size" % p)
+            if want == 0:
+                check(len(doc["images"]) == 1 and len(doc["files"]) == 1, doc)
+                with open(os.path.join(outs[1], doc["images"][0]["path"]), "rb") as f:
+                    png_ok(f.read())
+            check(os.path.isfile(os.path.join(outs[1], "notebook.ipynb")), "no notebook.ipynb")
+        # --json: the document, as a local run prints it, and result.json the same.
+        out = os.path.join(tmp, "json")
+        p = subprocess.run([NBRUN, "run", "--server", s.url, "--json", "-o", out, "-c", "6*7"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        check(p.returncode == 0, "json run: %d %s" % (p.returncode, p.stderr))
+        doc = json.loads(p.stdout)
+        validate(doc)
+        with open(os.path.join(out, "result.json")) as f:
+            check(json.load(f) == doc, "result.json differs from --json output")
+        check(doc["results"][0]["text"] == "42", doc["results"])
+        # NBRUN_SERVER works as --server; limits that are the server's are refused.
+        p = subprocess.run([NBRUN, "run", "-o", os.path.join(tmp, "env"), "-c", "print(5)"],
+                           capture_output=True, text=True, env=dict(env, NBRUN_SERVER=s.url),
+                           timeout=300)
+        check(p.returncode == 0 and p.stdout == "5\n", "NBRUN_SERVER: %d %r %s" % (p.returncode, p.stdout, p.stderr))
+        p = subprocess.run([NBRUN, "run", "--server", s.url, "--memory", "2G", "-c", "1"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        check(p.returncode == 2 and "--memory" in p.stderr, "refused limit: %d %s" % (p.returncode, p.stderr))
+        # A wrong token: exit 2 with the server's one-line message.
+        p = subprocess.run([NBRUN, "run", "--server", s.url, "-c", "1"], capture_output=True,
+                           text=True, env=dict(env, NBRUN_TOKEN="x" * 64), timeout=60)
+        check(p.returncode == 2 and "token" in p.stderr, "wrong token: %d %s" % (p.returncode, p.stderr))
+    finally:
+        s.stop()
+
+
+def case_auth():
+    s = Server()
+    try:
+        body = {"code": "import time; time.sleep(30)"}
+        for tok in (None, "0" * 64, s.token[:-1], s.token + "x"):
+            st, doc = s.json("/v1/runs", body, token=tok)
+            check(st == 401 and doc.get("kind") == "auth", "token %r: %d %r" % (tok, st, doc))
+        for path in ("/metrics", "/v1/runs/abcdef012345", "/nothing"):
+            st, _, head = s.curl(path, token=None)
+            check(st == 401, "%s without token: %d" % (path, st))
+        # Nothing started: a 30 s run would show as active, and its directory would exist.
+        st, health = s.json("/v1/health", token=None)
+        check(st == 200 and health["status"] == "ok" and health["runs_active"] == 0, health)
+        check(set(health) == {"status", "version", "pool", "runs_active"}, health)
+        check(health["pool"] == {"size": 0, "ready": 0}, health)
+        st, raw, _ = s.curl("/v1/health", token=None)
+        check(s.token not in raw.decode() and s.state not in raw.decode(), "health leaks: %r" % raw)
+        check(os.listdir(os.path.join(s.state, "runs")) == [], os.listdir(os.path.join(s.state, "runs")))
+        m = s.metrics()
+        check(sum(v for k, v in m.items() if k.startswith("nbrun_runs_total")) == 0, m)
+        check(m["nbrun_runs_active"] == 0, m)
+        mode = os.stat(os.path.join(s.state, "token")).st_mode & 0o777
+        check(mode == 0o600, "token mode %o" % mode)
+        check(len(s.token) == 64 and re.fullmatch("[0-9a-f]+", s.token), "token %r" % s.token)
+        check(s.token not in s.stderr(), "the token was printed")
+    finally:
+        s.stop()
+
+
+def case_bad_requests():
+    s = Server()
+    try:
+        b64 = base64.b64encode(b"x").decode()
+        bad = [
+            (b"{not json", "bad JSON"),
+            (b"[1, 2]", "object"),
+            ({"code": "1", "extra": 1}, "unknown key"),
+            ({"code": "1", "notebook": {}}, "either"),
+            ({}, "either"),
+            ({"code": 1}, "code"),
+            ({"code": "1", "timeout": "soon"}, "timeout"),
+            ({"code": "1", "timeout": "2h"}, "limit"),
+            ({"code": "1", "env": {"A=B": "x"}}, "env"),
+            ({"code": "1", "env": {"A": 1}}, "env"),
+            ({"code": "1", "files": [{"path": "a", "content_base64": "!!!!"}]}, "base64"),
+            ({"code": "1", "files": [{"path": "a", "content_base64": "YQ"}]}, "base64"),
+            ({"code": "1", "files": [{"path": "../etc", "content_base64": b64}]}, "path"),
+            ({"code": "1", "files": [{"path": "a/b", "content_base64": b64}]}, "path"),
+            ({"code": "1", "files": [{"path": "..", "content_base64": b64}]}, "path"),
+            ({"code": "1", "files": [{"path": "a\nb", "content_base64": b64}]}, "path"),
+            ({"code": "1", "files": [{"path": "a", "content_base64": b64, "mode": 7}]}, "unknown key"),
+            ({"code": "1", "files": [{"path": "a", "content_base64": b64},
+                                     {"path": "a", "content_base64": b64}]}, "twice"),
+            (b'{"code": "1", "code": "2"}', "bad JSON"),
+        ]
+        for body, word in bad:
+            st, doc = s.json("/v1/runs", body)
+            check(st == 400, "%r: %d %r" % (body, st, doc))
+            check(word.lower() in doc["error"].lower() and "\n" not in doc["error"],
+                  "%r: message %r" % (body, doc["error"]))
+        check(os.listdir(os.path.join(s.state, "tmp")) == [], "uploaded files left in tmp")
+        # Oversized: 413 with a JSON message, the body not read.
+        big = b'{"code": "' + b"#" * (65 << 20) + b'"}'
+        st, raw, _ = s.curl("/v1/runs", big)
+        check(st == 413 and "64 MiB" in json.loads(raw)["error"], "big: %d %r" % (st, raw[:200]))
+        # Unknown runs, bad ids and traversal: 404 JSON, nothing outside a run read.
+        for path in ("/v1/runs/0123456789ab", "/v1/runs/0123456789ab/notebook",
+                     "/v1/runs/..%2f..%2fetc", "/v1/runs/../../etc/passwd",
+                     "/v1/runs/0123456789ab/files/../../token",
+                     "/v1/runs/0123456789ab/images/..", "/v1/runs/ABCDEF/notebook",
+                     "/v1/nothing", "/"):
+            st, raw, _ = s.curl(path)
+            check(st == 404 and json.loads(raw)["kind"] == "not_found", "%s: %d %r" % (path, st, raw))
+        st, raw, head = s.curl("/v1/runs", method="GET")
+        check(st == 405 and "POST" in head, "GET /v1/runs: %d" % st)
+        st, raw, head = s.curl("/v1/health", method="DELETE", token=None)
+        check(st == 405, "DELETE health: %d" % st)
+        # A real run, then traversal from inside it.
+        st, doc = s.json("/v1/runs", {"code": "open('/mnt/data/x.txt', 'w').write('x')"})
+        check(st == 200, "run: %d %r" % (st, doc))
+        rid = doc["run_id"]
+        for path in ("/files/../result.json", "/files/%2e%2e/result.json", "/files/../../../token",
+                     "/images/../notebook.ipynb", "/files/", "/files/./x.txt"):
+            st, raw, _ = s.curl("/v1/runs/" + rid + path)
+            check(st == 404, "%s: %d %r" % (path, st, raw[:100]))
+        st, raw, _ = s.curl("/v1/runs/%s/files/x.txt" % rid)
+        check(st == 200 and raw == b"x", "x.txt: %d" % st)
+        m = s.metrics()
+        check(sum(v for k, v in m.items() if k.startswith("nbrun_runs_total")) == 1, m)
+    finally:
+        s.stop()
+
+
+def case_sigterm():
+    s = Server()
+    marker = "NBRUN_TEST_MARK=%d-%d" % (os.getpid(), time.time_ns())
+    k, v = marker.split("=")
+    curl = None
+    try:
+        args = ["curl", "-sS", "--unix-socket", s.sock, "-o", os.path.join(s.tmp, "slow"), "-w",
+                "%{http_code}", "-H", "Authorization: Bearer " + s.token, "--data-binary",
+                json.dumps({"code": "import time; time.sleep(30)", "env": {k: v}}),
+                "http://localhost/v1/runs"]
+        curl = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        run_label = None
+        deadline = time.time() + 60
+        while time.time() < deadline and not run_label:
+            f = urllib.parse.quote(json.dumps({"label": ["nbrun.run"]}))
+            for c in engine("/containers/json?filters=" + f):
+                info = engine("/containers/%s/json" % c["Id"])
+                if marker in (info["Config"].get("Env") or []):
+                    run_label = info["Config"]["Labels"]["nbrun.run"]
+            time.sleep(0.3)
+        check(run_label, "the run's container never started")
+        time.sleep(1)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = s.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            fail("serve still running 20 s after SIGTERM")
+        took = time.time() - t0
+        check(rc == 0, "serve exit %d: %s" % (rc, s.stderr()))
+        check(took < 15, "took %.1f s to stop" % took)
+        out, _ = curl.communicate(timeout=30)
+        check(out == "503", "the cancelled request got %r" % out)
+        check(not os.path.exists(s.sock), "socket file left")
+        no_run_left(run_label)
+        check(os.listdir(os.path.join(s.state, "runs")) == [], "pending run directory left")
+    finally:
+        if curl and curl.poll() is None:
+            curl.kill()
+        s.stop()
+
+
+def case_usage():
+    tmp = tempfile.mkdtemp()
+    port = free_port()
+    for args, word in ((["--listen", "0.0.0.0:%d" % port], "loopback"),
+                       (["--listen", "nonsense"], "HOST:PORT"),
+                       (["-f", "/etc/hostname"], "-f"),
+                       (["--socket", os.path.join(tmp, "s"), "--listen", "127.0.0.1:1"], "not both"),
+                       (["--pool", "-1"], "--pool"),
+                       (["--max-runs", "0"], "--max-runs"),
+                       (["--retention", "0"], "--retention"),
+                       (["--timeout", "0"], "--timeout"),
+                       (["extra"], "unexpected")):
+        p = subprocess.run([NBRUN, "serve", "--state-dir", os.path.join(tmp, "st")] + args,
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2, "%r: exit %d %s" % (args, p.returncode, p.stderr))
+        check(p.stderr.startswith("nbrun: error: ") and word in p.stderr, "%r: %r" % (args, p.stderr))
+    check(not os.path.exists(os.path.join(tmp, "st", "token")), "a refused start made a token")
+    # A non-loopback address is fine with a token file (port 0: no real port taken for long).
+    tok = os.path.join(tmp, "tok")
+    with open(tok, "w") as f:
+        f.write("a-long-enough-token-0123456789\n")
+    s = Server(extra=["--token-file", tok])
+    try:
+        s.token = "a-long-enough-token-0123456789"
+        check(not os.path.exists(os.path.join(s.state, "token")), "token written despite --token-file")
+        st, _, _ = s.curl("/metrics")
+        check(st == 200, "token file's token refused: %d" % st)
+    finally:
+        s.stop()
+    p = subprocess.run([NBRUN, "serve", "--help"], capture_output=True, text=True)
+    check(p.returncode == 0 and "--token-file" in p.stdout and "64 MiB" in p.stdout, "serve --help")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: serve_cases.py CASE\ncases: " + " ".join(sorted(CASES)))
+        sys.exit(2)
+    CASES[sys.argv[1]]()
+    print("ok", sys.argv[1])
