@@ -1,0 +1,626 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""nbrun-agent over its channel: the container side of PROTOCOL.md.
+
+Usage: agent_cases.py CASE   (one meson test per case; see meson.build)
+       agent_cases.py timings (by hand: start, preload and round-trip figures)
+
+Every case starts the image's agent with `docker run -i` hardened as nbrun
+runs it (uid 0 with only SETUID/SETGID/SETPCAP, no-new-privileges, no
+network, read-only root, tmpfs /tmp and /mnt/data), speaks frames over the
+pipes and checks every message. The image is $NBRUN_AGENT_IMAGE (default
+jupyter-runtime:agent-dev). The last line of a passing case is
+"held <case>: <what held>"; a failing one prints "FAIL: ..." and exits 1.
+Containers carry a label unique to the case and are removed at the end.
+"""
+import io
+import json
+import os
+import queue
+import struct
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import uuid
+
+IMAGE = os.environ.get("NBRUN_AGENT_IMAGE", "jupyter-runtime:agent-dev")
+LABEL = "nbrun.run=agenttest-%s" % uuid.uuid4().hex[:12]
+HEADER = struct.Struct(">2sBcI")
+MAX = 1 << 20
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.stdout.flush()
+    cleanup()
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def note(msg):
+    print("  " + msg)
+    sys.stdout.flush()
+
+
+def cleanup():
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", "label=" + LABEL],
+                         capture_output=True, text=True).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f"] + ids, capture_output=True)
+
+
+# ---- frames --------------------------------------------------------------------
+
+def frame(kind, payload=b""):
+    return HEADER.pack(b"NB", 1, kind, len(payload)) + payload
+
+
+def message(msg, blob=None):
+    if blob is not None:
+        msg = dict(msg, blob=len(blob))
+    out = frame(b"J", json.dumps(msg).encode())
+    if blob is not None:
+        for off in range(0, len(blob), MAX):
+            out += frame(b"D", blob[off:off + MAX])
+        out += frame(b"E")
+    return out
+
+
+class Agent:
+    """One agent container; the host side of the channel, checking every
+    frame it reads as strictly as PROTOCOL.md asks of nbrun."""
+
+    def __init__(self, env=None, extra=()):
+        cmd = ["docker", "run", "-i", "--rm", "--init", "--user", "0:0", "--cap-drop", "ALL",
+               "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "SETPCAP",
+               "--security-opt", "no-new-privileges", "--network", "none", "--read-only",
+               "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m,mode=1777",
+               "--tmpfs", "/mnt/data:rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755",
+               "--label", LABEL]
+        for k, v in (env or {}).items():
+            cmd += ["-e", "%s=%s" % (k, v)]
+        cmd += list(extra) + [IMAGE, "/opt/nbrun/nbrun-agent"]
+        self.t0 = time.monotonic()
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, bufsize=0)
+        self.q = queue.Queue()
+        self.errors = []          # frame-level problems seen by the reader
+        self.stderr = b""
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.p.stdout.read(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def _read(self):
+        try:
+            while True:
+                head = self._exact(8)
+                if head is None:
+                    break
+                magic, ver, kind, size = HEADER.unpack(head)
+                if magic != b"NB" or ver != 1 or kind != b"J" or size > MAX:
+                    self.errors.append("bad frame %r" % head)
+                    break
+                msg = json.loads(self._exact(size))
+                if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                    self.errors.append("bad message %r" % msg)
+                    break
+                blob = None
+                if "blob" in msg:
+                    blob = b""
+                    while True:
+                        h = self._exact(8)
+                        m2, v2, k2, n2 = HEADER.unpack(h)
+                        if m2 != b"NB" or k2 not in (b"D", b"E") or n2 > MAX:
+                            self.errors.append("bad data frame %r" % h)
+                            return
+                        if k2 == b"E":
+                            break
+                        blob += self._exact(n2)
+                    if len(blob) != msg["blob"]:
+                        self.errors.append("blob %d != %d" % (len(blob), msg["blob"]))
+                        return
+                self.q.put((time.monotonic(), msg, blob))
+        finally:
+            self.q.put((time.monotonic(), None, None))
+
+    def _drain(self):
+        for line in iter(lambda: self.p.stderr.read(4096), b""):
+            self.stderr = (self.stderr + line)[-8192:]
+
+    def send(self, msg, blob=None):
+        self.p.stdin.write(message(msg, blob))
+        self.p.stdin.flush()
+
+    def raw(self, data):
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def recv(self, timeout=60):
+        """(time, msg, blob); msg None at end of stream."""
+        try:
+            return self.q.get(timeout=timeout)
+        except queue.Empty:
+            fail("no message in %d s; agent stderr: %s" % (timeout, self.stderr[-2000:]))
+
+    def expect(self, type_, timeout=60):
+        t, msg, blob = self.recv(timeout)
+        check(msg is not None, "stream ended waiting for %s; stderr: %s" % (type_, self.stderr[-2000:]))
+        check(msg["type"] == type_, "want %s, got %r" % (type_, msg))
+        return t, msg, blob
+
+    def ready(self, timeout=60):
+        _, hello, _ = self.expect("hello")
+        check(hello.get("protocol") == 1 and isinstance(hello.get("pid"), int)
+              and hello.get("kernel") == "python3", "hello %r" % hello)
+        t, msg, _ = self.expect("ready", timeout)
+        return hello, msg, t - self.t0
+
+    def execute(self, cells, rid="x1", timeout=120, **opts):
+        """Runs code cells (strings) or cell dicts; returns (events, done,
+        metadata): events are (time, msg, blob) of output/cell messages."""
+        self.send(dict({"type": "execute", "id": rid}, **opts), notebook(cells))
+        events = []
+        while True:
+            t, msg, blob = self.recv(timeout)
+            check(msg is not None, "stream ended during execute; stderr %s" % self.stderr[-2000:])
+            check(msg.get("id") == rid, "message for another id: %r" % msg)
+            if msg["type"] == "done":
+                check(isinstance(msg.get("oom_kills"), int), "oom_kills %r" % msg)
+                return events, msg, json.loads(blob)
+            check(msg["type"] in ("output", "cell"), "unexpected %r" % msg)
+            events.append((t, msg, json.loads(blob) if blob is not None else None))
+
+    def wait(self, timeout=30):
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            fail("agent did not exit in %d s" % timeout)
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def notebook(cells):
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
+    for i, c in enumerate(cells):
+        if isinstance(c, str):
+            c = {"cell_type": "code", "source": c, "metadata": {}, "outputs": [],
+                 "execution_count": None}
+        c = dict(c, id="c%d" % i)
+        nb["cells"].append(c)
+    return json.dumps(nb).encode()
+
+
+def cells_of(events):
+    return [(m, b) for _, m, b in events if m["type"] == "cell"]
+
+
+def text(cell, name="stdout"):
+    return "".join(o.get("text", "") for o in cell["outputs"]
+                   if o.get("output_type") == "stream" and o.get("name") == name)
+
+
+def tar_of(entries):
+    """entries: (name, bytes | None for a directory | ('link', target))."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(info)
+            elif isinstance(data, tuple):
+                info.type, info.linkname = tarfile.SYMTYPE, data[1]
+                tf.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# ---- cases ---------------------------------------------------------------------
+
+def case_hello_ready():
+    a = Agent()
+    hello, ready, secs = a.ready()
+    check(ready.get("preloaded") == [] and isinstance(ready.get("kernel_ms"), int), "ready %r" % ready)
+    a.send({"type": "ping", "id": "p1"})
+    _, pong, _ = a.expect("pong")
+    check(pong["id"] == "p1", "pong %r" % pong)
+    a.close()
+    check(a.p.returncode == 0, "exit %r at end of input" % a.p.returncode)
+    return "hello (agent %s, pid %d) then ready in %.2f s (kernel %d ms); exit 0 at end of input" % (
+        hello["agent"], hello["pid"], secs, ready["kernel_ms"])
+
+
+def case_execute():
+    a = Agent()
+    # no waiting for ready: the execute waits for the kernel itself
+    _, hello, _ = a.expect("hello")
+    cells = ["print('hi')", "x = 40\nx + 2",
+             {"cell_type": "markdown", "source": "# title", "metadata": {}},
+             "raise ValueError('boom')", "", "print('after')"]
+    a.send({"type": "execute", "id": "e1", "cell_timeout": 30, "stream": False},
+           notebook(cells))
+    t, msg, blob = a.recv(60)
+    if msg["type"] == "ready":
+        t, msg, blob = a.recv(60)
+    events = []
+    while msg["type"] != "done":
+        check(msg["type"] == "cell", "only cell messages without stream: %r" % msg)
+        events.append((t, msg, json.loads(blob)))
+        t, msg, blob = a.recv(60)
+    done, meta = msg, json.loads(blob)
+    cs = cells_of(events)
+    check([m["cell"] for m, _ in cs] == [0, 1, 3, 4, 5], "cell indexes %r" % [m["cell"] for m, _ in cs])
+    check([m["status"] for m, _ in cs] == ["ok", "ok", "error", "ok", "ok"],
+          "statuses %r" % [m["status"] for m, _ in cs])
+    check(text(cs[0][1]) == "hi\n", "cell 0 %r" % cs[0][1])
+    res = [o for o in cs[1][1]["outputs"] if o["output_type"] == "execute_result"]
+    check(len(res) == 1 and res[0]["data"]["text/plain"] == "42" and cs[1][1]["execution_count"] == 2,
+          "cell 1 %r" % cs[1][1])
+    err = [o for o in cs[2][1]["outputs"] if o["output_type"] == "error"]
+    check(len(err) == 1 and err[0]["ename"] == "ValueError" and err[0]["evalue"] == "boom"
+          and err[0]["traceback"], "cell 3 %r" % cs[2][1])
+    check(text(cs[4][1]) == "after\n", "errors do not stop: %r" % cs[4][1])
+    check(done["status"] == "error" and "ValueError" in done["message"], "done %r" % done)
+    check(meta.get("language_info", {}).get("name") == "python", "metadata %r" % meta)
+    # stop_on_error: nothing after the raising cell
+    events, done, _ = a.execute(["raise KeyError(1)", "print('never')"], rid="e2",
+                                stop_on_error=True)
+    cs = cells_of(events)
+    check(len(cs) == 1 and cs[0][0]["status"] == "error" and done["status"] == "error",
+          "stop_on_error %r %r" % ([m for m, _ in cs], done))
+    # the kernel is still there: state kept between executes
+    events, done, _ = a.execute(["print(x)"], rid="e3")
+    check(done["status"] == "ok" and text(cells_of(events)[0][1]) == "40\n", "state %r" % done)
+    a.close()
+    return "print/result/raise: 5 cell messages, statuses and outputs right, done error; " \
+           "stop_on_error stops; state kept across executes"
+
+
+def case_stream():
+    a = Agent()
+    a.ready()
+    events, done, _ = a.execute(["import time\nprint('a', flush=True)\ntime.sleep(1)\nprint('b')"],
+                                stream=True)
+    outs = [(t, m) for t, m, _ in events if m["type"] == "output"]
+    cell_t = [t for t, m, _ in events if m["type"] == "cell"][0]
+    check(len(outs) >= 2 and outs[0][1]["output"]["text"] == "a\n" and outs[0][1]["cell"] == 0,
+          "outputs %r" % outs)
+    lead = cell_t - outs[0][0]
+    check(lead >= 0.8, "first output only %.3f s before the cell message" % lead)
+    check(done["status"] == "ok", "done %r" % done)
+    # without stream: no output messages
+    events, _, _ = a.execute(["print(1)"], rid="x2")
+    check(all(m["type"] == "cell" for _, m, _ in events), "stream off %r" % events)
+    a.close()
+    return "first output %.2f s before its cell message; none without stream" % lead
+
+
+def case_put_fetch():
+    a = Agent()
+    a.ready()
+    blob = tar_of([("in.txt", b"hello input\n"), ("sub", None), ("sub/deep.csv", b"a,b\n1,2\n")])
+    a.send({"type": "put", "id": "p1", "path": "/mnt/data"}, blob)
+    _, st, _ = a.expect("stored")
+    check(st["id"] == "p1" and st["files"] == 2, "stored %r" % st)
+    code = ("import os\nprint(open('/mnt/data/in.txt').read(), end='')\n"
+            "print(os.stat('/mnt/data/sub/deep.csv').st_uid, os.getcwd())\n"
+            "open('/mnt/data/out.csv', 'w').write('x,y\\n1,2\\n')\n"
+            "os.symlink('/etc/passwd', '/mnt/data/link')\n"
+            "open('/mnt/data/secret', 'w').write('no'); os.chmod('/mnt/data/secret', 0)\n"
+            "f = open('/mnt/data/open.txt', 'w'); f.write('unflushed')\n")
+    events, done, _ = a.execute([code])
+    out = text(cells_of(events)[0][1])
+    check(done["status"] == "ok" and out == "hello input\n1000 /mnt/data\n", "cell %r %r" % (done, out))
+    a.send({"type": "fetch", "id": "f1", "path": "/mnt/data", "max_bytes": 1 << 20})
+    _, ar, blob = a.expect("archive")
+    check(ar["id"] == "f1" and ar["truncated"] is False, "archive %r" % ar)
+    tf = tarfile.open(fileobj=io.BytesIO(blob))
+    got = {m.name: m for m in tf.getmembers()}
+    check(tf.extractfile("out.csv").read() == b"x,y\n1,2\n", "out.csv")
+    check(tf.extractfile("open.txt").read() == b"unflushed", "a file left open is flushed")
+    check(got["link"].issym() and got["link"].linkname == "/etc/passwd", "link %r" % got.get("link"))
+    check("secret" not in got, "an unreadable file is left out")
+    check(got["sub"].isdir() and tf.extractfile("sub/deep.csv").read() == b"a,b\n1,2\n", "sub")
+    names = [m.name for m in tf.getmembers()]
+    check(names == sorted(names, key=lambda n: n.split("/")), "stable order %r" % names)
+    # a small cap: truncated, and never over it
+    a.send({"type": "fetch", "id": "f2", "path": "/mnt/data", "max_bytes": 3000})
+    _, ar, blob = a.expect("archive")
+    check(ar["truncated"] is True and len(blob) <= 3000, "truncated %r %d" % (ar, len(blob)))
+    tarfile.open(fileobj=io.BytesIO(blob)).getmembers()
+    # refused puts: nothing outside, the agent goes on
+    for rid, entries in (("b1", [("../evil", b"x")]), ("b2", [("/abs", b"x")]),
+                         ("b3", [("ln", ("link", "/etc"))]), ("b4", [("a/../../x", b"x")])):
+        a.send({"type": "put", "id": rid, "path": "/mnt/data"}, tar_of(entries))
+        _, err, _ = a.expect("error")
+        check(err["id"] == rid and err["fatal"] is False, "refused put %r" % err)
+    a.send({"type": "put", "id": "b5", "path": "/mnt/data"}, b"not a tar" * 100)
+    _, err, _ = a.expect("error")
+    check(err["id"] == "b5" and not err["fatal"], "garbage put %r" % err)
+    # a put over an existing symlink does not follow it
+    a.send({"type": "put", "id": "b6", "path": "/mnt/data"}, tar_of([("link", b"x")]))
+    _, err, _ = a.expect("error")
+    check(err["id"] == "b6", "put through a symlink %r" % err)
+    a.send({"type": "ping", "id": "p2"})
+    a.expect("pong")
+    a.close()
+    return "put 2 files (uid 1000), code read them and wrote out.csv; fetch: files, open file " \
+           "flushed, symlink as link, unreadable left out, truncated under max_bytes; 6 bad puts refused"
+
+
+def case_cell_timeout():
+    a = Agent()
+    a.ready()
+    events, done, _ = a.execute(["import time\nprint('start', flush=True)\ntime.sleep(30)",
+                                 "print('next')"], cell_timeout=2)
+    cs = cells_of(events)
+    check(len(cs) == 2 and cs[0][0]["status"] == "timeout", "cells %r" % [m for m, _ in cs])
+    c0 = cs[0][1]
+    check(c0["metadata"].get("nbrun", {}).get("timed_out") is True, "metadata %r" % c0["metadata"])
+    check(any(o["output_type"] == "error" for o in c0["outputs"]) and text(c0) == "start\n",
+          "outputs %r" % c0["outputs"])
+    check(2 <= cs[0][0]["duration_ms"] / 1000 < 10, "duration %r" % cs[0][0])
+    check(text(cs[1][1]) == "next\n", "the next cell runs %r" % cs[1][1])
+    check(done["status"] == "timeout" and "timeout" in done["message"], "done %r" % done)
+    a.close()
+    return "cell interrupted after %.1f s: status timeout, nbrun.timed_out, next cell ran" % (
+        cs[0][0]["duration_ms"] / 1000)
+
+
+def case_kernel_dead():
+    a = Agent()
+    a.ready()
+    events, done, _ = a.execute(["print('one')",
+                                 "import os, sys\nprint('before', flush=True)\n"
+                                 # the kernel's real fd 2 (ipykernel redirects fd 2 into the cell)
+                                 "fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2\n"
+                                 "os.write(fd, b'last words\\n')\nos._exit(7)",
+                                 "print('three')"])
+    cs = cells_of(events)
+    check([m["cell"] for m, _ in cs] == [0, 1], "cells %r" % [m for m, _ in cs])
+    check(text(cs[0][1]) == "one\n" and text(cs[1][1]) == "before\n", "outputs kept %r" % cs[1][1])
+    check(done["status"] == "dead" and "exit status 7" in done["message"]
+          and "last words" in done["message"], "done %r" % done)
+    events, done2, _ = a.execute(["print(1)"], rid="x2")
+    check(done2["status"] == "dead" and not events, "after death %r" % done2)
+    a.close()
+    return "os._exit in cell 1: done dead (%s), cell 0 and the dying cell's output kept" % done["message"][:60]
+
+
+def case_preload():
+    a = Agent(env={"NBRUN_PRELOAD": "json, numpy,no_such_module,bad name;x,matplotlib.pyplot"})
+    _, ready, secs = a.ready(timeout=120)
+    check(ready["preloaded"] == ["json", "numpy", "matplotlib.pyplot"], "preloaded %r" % ready)
+    events, done, _ = a.execute(["import sys\nprint('numpy' in sys.modules, 'numpy' in dir())",
+                                 "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"])
+    cs = cells_of(events)
+    check(text(cs[0][1]) == "True False\n" and cs[0][1]["execution_count"] == 1, "cell %r" % cs[0][1])
+    check(any("image/png" in o.get("data", {}) for o in cs[1][1]["outputs"]), "a chart %r" % cs[1][1])
+    a.close()
+    return "preloaded %s in %.2f s, nothing bound, execution_count 1, charts still drawn" % (
+        ready["preloaded"], secs)
+
+
+def _violation(data, what):
+    a = Agent()
+    a.ready()
+    a.raw(data)
+    _, msg, _ = a.expect("error", 30)
+    check(msg["fatal"] is True and "violation" in msg["message"], "%s: %r" % (what, msg))
+    rc = a.wait()
+    check(rc == 3, "%s: exit %r" % (what, rc))
+    return msg["message"]
+
+
+def case_violations():
+    seen = []
+    for what, data in (
+            ("bad magic", b"XX\x01J\x00\x00\x00\x02{}"),
+            ("bad version", b"NB\x02J\x00\x00\x00\x02{}"),
+            ("unknown kind", b"NB\x01Q\x00\x00\x00\x00"),
+            ("oversize", b"NB\x01J" + struct.pack(">I", MAX + 1)),
+            ("oversize data", frame(b"J", b'{"type":"put","id":"1","path":"/mnt/data","blob":5}')
+             + b"NB\x01D" + struct.pack(">I", MAX + 1)),
+            ("D without J", frame(b"D", b"abc")),
+            ("E without J", frame(b"E")),
+            ("not an object", frame(b"J", b"[1]")),
+            ("no type", frame(b"J", b'{"id":"1"}')),
+            ("bad json", frame(b"J", b'{"type":')),
+            ("bad blob", frame(b"J", b'{"type":"put","blob":-1}')),
+            ("short data", frame(b"J", b'{"type":"put","id":"1","path":"/mnt/data","blob":5}')
+             + frame(b"D", b"ab") + frame(b"E")),
+            ("long data", frame(b"J", b'{"type":"ping","id":"1","blob":1}') + frame(b"D", b"ab")),
+            ("J inside data", frame(b"J", b'{"type":"ping","id":"1","blob":1}')
+             + frame(b"J", b'{"type":"ping","id":"2"}'))):
+        seen.append(what + ": " + _violation(data, what))
+    for s in seen:
+        note(s)
+    return "%d violations: fatal error, exit 3" % len(seen)
+
+
+def case_unknown_type():
+    a = Agent()
+    a.ready()
+    a.send({"type": "frobnicate", "id": "u1", "x": 1})
+    _, err, _ = a.expect("error")
+    check(err["id"] == "u1" and err["fatal"] is False and "frobnicate" in err["message"], "%r" % err)
+    a.send({"type": "frobnicate", "id": "u2"}, b"some data")
+    _, err, _ = a.expect("error")
+    check(err["id"] == "u2" and not err["fatal"], "%r" % err)
+    a.send({"type": "ping"})
+    _, err, _ = a.expect("error")
+    check(not err["fatal"] and "id" not in err, "ping without id %r" % err)
+    a.send({"type": "ping", "id": "p"})
+    a.expect("pong")
+    a.send({"type": "shutdown"})
+    rc = a.wait()
+    check(rc == 0, "shutdown exit %r" % rc)
+    return "unknown types (with and without data) answered, not fatal; shutdown exits 0"
+
+
+FORGE = r'''
+import errno, json, os, signal, struct
+FORGED = json.dumps({"type": "done", "id": "x1", "status": "ok", "oom_kills": 0,
+                     "message": "FORGED", "blob": 2}).encode()
+FRAME = b"NB\x01J" + struct.pack(">I", len(FORGED)) + FORGED + b"NB\x01D\x00\x00\x00\x02{}NB\x01E\x00\x00\x00\x00"
+agent = None
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) != 1:
+        try:
+            if b"nbrun-agent" in open("/proc/%s/cmdline" % pid, "rb").read():
+                agent = int(pid)
+        except OSError:
+            pass
+res = {"agent": agent}
+def attempt(name, fn):
+    try:
+        fn()
+        res[name] = "SUCCEEDED"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+def write(path):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, FRAME)
+    finally:
+        os.close(fd)
+attempt("proc1_fd1", lambda: write("/proc/1/fd/1"))
+attempt("agent_fd1", lambda: write("/proc/%d/fd/1" % agent))
+for fd in range(0, 8):
+    attempt("agent_fd%d_any" % fd, lambda: write("/proc/%d/fd/%d" % (agent, fd)))
+attempt("agent_fd_list", lambda: os.listdir("/proc/%d/fd" % agent))
+# the kernel's own standard output (ipykernel forwards it into the cell)
+attempt("dev_stdout", lambda: write("/dev/stdout"))
+attempt("kill_agent", lambda: os.kill(agent, signal.SIGKILL))
+attempt("kill_init", lambda: os.kill(1, signal.SIGTERM))
+attempt("environ1", lambda: open("/proc/1/environ", "rb").read())
+attempt("agent_mem", lambda: open("/proc/%d/mem" % agent, "rb").read(1))
+attempt("setuid0", lambda: os.setuid(0))
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+res["status"] = {k: status[k].split() for k in ("Uid", "Gid", "Groups", "CapBnd", "CapEff", "CapPrm",
+                                                 "NoNewPrivs")}
+print(json.dumps(res))
+'''
+
+
+def case_forgery():
+    a = Agent()
+    hello, _, _ = a.ready()
+    events, done, _ = a.execute([FORGE], rid="x1")
+    cs = cells_of(events)
+    check(len(cs) == 1 and cs[0][0]["status"] == "ok", "cell %r" % cs)
+    out = text(cs[0][1])
+    res = json.loads(out[out.index('{"agent"'):])
+    check(res["agent"] == hello["pid"], "agent pid %r vs hello %r" % (res["agent"], hello["pid"]))
+    for name, got in res.items():
+        if name in ("agent", "status"):
+            continue
+        if name == "dev_stdout":
+            # /dev/stdout is the kernel's own: what it writes is cell output,
+            # inside the cell's JSON, never a frame on the channel
+            check(got == "SUCCEEDED" and '"message": "FORGED"' in out, "dev_stdout %s" % got)
+            continue
+        check(got in ("EACCES", "EPERM"), "%s: %s" % (name, got))
+    st = res["status"]
+    check(st["Uid"] == ["1000"] * 4 and st["Gid"] == ["1000"] * 4 and st["Groups"] == [],
+          "ids %r" % st)
+    check(st["CapBnd"] == ["0000000000000000"] and st["CapEff"] == ["0000000000000000"]
+          and st["CapPrm"] == ["0000000000000000"] and st["NoNewPrivs"] == ["1"], "caps %r" % st)
+    check(done["status"] == "ok" and "FORGED" not in done["message"], "done %r" % done)
+    # nothing more arrives: the channel carried only genuine messages
+    a.send({"type": "ping", "id": "p1"})
+    _, msg, _ = a.recv(30)
+    check(msg == {"type": "pong", "id": "p1"}, "after the attempts %r" % msg)
+    check(not a.errors, "frame errors %r" % a.errors)
+    a.close()
+    tried = len(res) - 2
+    return "%d attempts all EACCES/EPERM; kernel Uid 1000, CapBnd/CapEff 0, NoNewPrivs 1; only " \
+           "genuine frames" % tried
+
+
+def case_end_of_input():
+    a = Agent()
+    a.ready()
+    # end of input during an execute: the agent exits at once
+    a.send({"type": "execute", "id": "x1"}, notebook(["import time; time.sleep(60)"]))
+    time.sleep(1)
+    t0 = time.monotonic()
+    a.p.stdin.close()
+    rc = a.wait(20)
+    took = time.monotonic() - t0
+    check(rc == 0 and took < 10, "exit %r after %.1f s" % (rc, took))
+    return "stdin closed mid-execute: exit 0 in %.2f s" % took
+
+
+def timings():
+    """Start and round-trip figures, printed (never fails on timing)."""
+    def start(env, n):
+        out = []
+        for _ in range(n):
+            a = Agent(env=env)
+            _, ready, secs = a.ready(timeout=120)
+            out.append(secs)
+            a.close()
+        return sorted(out)
+    cold = start(None, 5)
+    pre = start({"NBRUN_PRELOAD": "numpy,pandas,matplotlib.pyplot"}, 5)
+    a = Agent()
+    a.ready()
+    rt = []
+    for i in range(20):
+        t0 = time.monotonic()
+        _, done, _ = a.execute(["print(1)"], rid="r%d" % i)
+        rt.append(time.monotonic() - t0)
+    a.close()
+    rt.sort()
+    note("docker run -> ready: median %.2f s (min %.2f, max %.2f) over %d" % (
+        cold[len(cold) // 2], cold[0], cold[-1], len(cold)))
+    note("with NBRUN_PRELOAD=numpy,pandas,matplotlib.pyplot: median %.2f s (min %.2f, max %.2f)" % (
+        pre[len(pre) // 2], pre[0], pre[-1]))
+    note("execute print(1) round trip on a ready agent: p50 %.1f ms, max %.1f ms over 20" % (
+        rt[10] * 1000, rt[-1] * 1000))
+    return "timings printed"
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASES["timings"] = timings
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: agent_cases.py CASE\ncases: %s" % " ".join(sorted(CASES)), file=sys.stderr)
+        return 2
+    try:
+        what = CASES[sys.argv[1]]()
+    finally:
+        cleanup()
+    print("held %s: %s" % (sys.argv[1], what))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
