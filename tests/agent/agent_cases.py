@@ -76,10 +76,11 @@ class Agent:
     """One agent container; the host side of the channel, checking every
     frame it reads as strictly as PROTOCOL.md asks of nbrun."""
 
-    def __init__(self, env=None, extra=()):
-        cmd = ["docker", "run", "-i", "--rm", "--init", "--user", "0:0", "--cap-drop", "ALL",
-               "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "SETPCAP",
-               "--security-opt", "no-new-privileges", "--network", "none", "--read-only",
+    def __init__(self, env=None, extra=(), caps=("SETUID", "SETGID", "SETPCAP")):
+        cmd = ["docker", "run", "-i", "--rm", "--init", "--user", "0:0", "--cap-drop", "ALL"]
+        for cap in caps:
+            cmd += ["--cap-add", cap]
+        cmd += ["--security-opt", "no-new-privileges", "--network", "none", "--read-only",
                "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m,mode=1777",
                "--tmpfs", "/mnt/data:rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755",
                "--label", LABEL]
@@ -574,6 +575,22 @@ def case_end_of_input():
     took = time.monotonic() - t0
     check(rc == 0 and took < 10, "exit %r after %.1f s" % (rc, took))
     return "stdin closed mid-execute: exit 0 in %.2f s" % took
+
+
+def case_setup_refused():
+    """Without the means to keep the channel out of the code's reach, the
+    agent runs nothing."""
+    seen = []
+    for what, extra, caps in (("uid 1000", ["--user", "1000:1000"], ("SETUID", "SETGID", "SETPCAP")),
+                              ("no CAP_SETPCAP", [], ("SETUID", "SETGID"))):
+        a = Agent(extra=extra, caps=caps)
+        _, msg, _ = a.recv(30)
+        check(msg is not None and msg["type"] == "error" and msg["fatal"] is True,
+              "%s: %r" % (what, msg))
+        rc = a.wait()
+        check(rc == 1, "%s: exit %r" % (what, rc))
+        seen.append("%s (%s)" % (what, msg["message"][:70]))
+    return "error fatal instead of hello, exit 1: " + "; ".join(seen)
 
 
 def timings():
