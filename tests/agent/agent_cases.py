@@ -343,6 +343,12 @@ def case_put_fetch():
     got = {m.name: m for m in tf.getmembers()}
     check(tf.extractfile("out.csv").read() == b"x,y\n1,2\n", "out.csv")
     check(tf.extractfile("open.txt").read() == b"unflushed", "a file left open is flushed")
+    # written again without a new open: flushed again at the next done
+    events, done, _ = a.execute(["f.write(' more')"], rid="x2")
+    a.send({"type": "fetch", "id": "f0", "path": "/mnt/data", "max_bytes": 1 << 20})
+    _, ar, blob = a.expect("archive")
+    tf = tarfile.open(fileobj=io.BytesIO(blob))
+    check(tf.extractfile("open.txt").read() == b"unflushed more", "flushed again")
     check(got["link"].issym() and got["link"].linkname == "/etc/passwd", "link %r" % got.get("link"))
     check("secret" not in got, "an unreadable file is left out")
     check(got["sub"].isdir() and tf.extractfile("sub/deep.csv").read() == b"a,b\n1,2\n", "sub")
@@ -399,7 +405,9 @@ def case_kernel_dead():
                                  "import os, sys\nprint('before', flush=True)\n"
                                  # the kernel's real fd 2 (ipykernel redirects fd 2 into the cell)
                                  "fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2\n"
-                                 "os.write(fd, b'last words\\n')\nos._exit(7)",
+                                 "os.write(fd, b'last words\\n')\n"
+                                 # zmq needs a moment to send the output on; os._exit does not wait
+                                 "import time; time.sleep(0.3)\nos._exit(7)",
                                  "print('three')"])
     cs = cells_of(events)
     check([m["cell"] for m, _ in cs] == [0, 1], "cells %r" % [m for m, _ in cs])
