@@ -6,6 +6,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -529,4 +530,254 @@ int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, co
 		return nbrun__err(d->ctx, NBRUN_ECANCELLED, "interrupted");
 	return nbrun__err(d->ctx, NBRUN_EENGINE, "lost the Docker engine while waiting (%s)",
 			  d->errbuf[0] ? d->errbuf : curl_easy_strerror(cc));
+}
+
+/* ---- attach: the container's stdin and stdout as one connection ------------- */
+
+/*
+ * POST /containers/{id}/attach answers "101 UPGRADED" and the connection then
+ * carries the container's stdin one way and its stdout and stderr the other,
+ * in the multiplexed framing of the logs (no TTY). curl's CONNECT_ONLY gives
+ * the raw connection on any DOCKER_HOST (unix, tcp, TLS); the HTTP exchange
+ * is written by hand, and the frames are taken apart here, so that the
+ * caller sees a plain byte stream of the container's stdout.
+ */
+struct docker_conn {
+	struct nbrun__conn conn;
+	CURL *curl;
+	unsigned char raw[65536];
+	size_t raw_len, raw_off;   /* undelivered bytes read from the socket */
+	unsigned char hdr[8];
+	size_t hdr_len;            /* bytes of the current frame header seen */
+	size_t frame_left;         /* payload bytes of the current frame to come */
+	int frame_stream;
+	bool eof;
+};
+
+static ssize_t docker_conn_send(struct nbrun__conn *c, const void *buf, size_t len)
+{
+	struct docker_conn *dc = (struct docker_conn *)c;
+	size_t sent = 0;
+	CURLcode cc = curl_easy_send(dc->curl, buf, len, &sent);
+
+	if (cc == CURLE_AGAIN)
+		return -EAGAIN;
+	if (cc != CURLE_OK)
+		return -EPIPE;
+	return (ssize_t)sent;
+}
+
+/* Fill raw from the socket: 1 got bytes, 0 end of stream, -EAGAIN, < 0 error. */
+static int docker_conn_fill(struct docker_conn *dc)
+{
+	size_t n = 0;
+	CURLcode cc;
+
+	if (dc->raw_off < dc->raw_len)
+		return 1;
+	if (dc->eof)
+		return 0;
+	dc->raw_off = dc->raw_len = 0;
+	cc = curl_easy_recv(dc->curl, dc->raw, sizeof(dc->raw), &n);
+	if (cc == CURLE_AGAIN)
+		return -EAGAIN;
+	if (cc != CURLE_OK)
+		return -EIO;
+	if (n == 0) {
+		dc->eof = true;
+		return 0;
+	}
+	dc->raw_len = n;
+	return 1;
+}
+
+/* Keep the last bytes of the container's stderr (diagnostics, never parsed). */
+static void docker_conn_tail(struct nbrun__conn *c, const unsigned char *p, size_t n)
+{
+	size_t cap = sizeof(c->err_tail) - 1;
+
+	if (n >= cap) {
+		memcpy(c->err_tail, p + n - cap, cap);
+		c->err_len = cap;
+	} else {
+		if (c->err_len + n > cap) {
+			size_t drop = c->err_len + n - cap;
+			memmove(c->err_tail, c->err_tail + drop, c->err_len - drop);
+			c->err_len -= drop;
+		}
+		memcpy(c->err_tail + c->err_len, p, n);
+		c->err_len += n;
+	}
+	c->err_tail[c->err_len] = '\0';
+}
+
+static ssize_t docker_conn_recv(struct nbrun__conn *c, void *buf, size_t len)
+{
+	struct docker_conn *dc = (struct docker_conn *)c;
+	size_t out = 0;
+
+	while (out < len) {
+		int rc = docker_conn_fill(dc);
+		size_t avail, n;
+
+		if (rc <= 0) {
+			if (out)
+				break;
+			return rc;
+		}
+		avail = dc->raw_len - dc->raw_off;
+		if (dc->frame_left == 0) {
+			n = 8 - dc->hdr_len < avail ? 8 - dc->hdr_len : avail;
+			memcpy(dc->hdr + dc->hdr_len, dc->raw + dc->raw_off, n);
+			dc->hdr_len += n;
+			dc->raw_off += n;
+			if (dc->hdr_len < 8)
+				continue;
+			dc->hdr_len = 0;
+			if (dc->hdr[0] > 2 || dc->hdr[1] || dc->hdr[2] || dc->hdr[3])
+				return -EPROTO;
+			dc->frame_stream = dc->hdr[0];
+			dc->frame_left = ((size_t)dc->hdr[4] << 24) | ((size_t)dc->hdr[5] << 16) |
+					 ((size_t)dc->hdr[6] << 8) | dc->hdr[7];
+			continue;
+		}
+		n = dc->frame_left < avail ? dc->frame_left : avail;
+		if (dc->frame_stream == 1) {
+			if (n > len - out)
+				n = len - out;
+			memcpy((char *)buf + out, dc->raw + dc->raw_off, n);
+			out += n;
+		} else {
+			docker_conn_tail(c, dc->raw + dc->raw_off, n);
+		}
+		dc->raw_off += n;
+		dc->frame_left -= n;
+	}
+	return out ? (ssize_t)out : -EAGAIN;
+}
+
+static bool docker_conn_pending(struct nbrun__conn *c)
+{
+	struct docker_conn *dc = (struct docker_conn *)c;
+
+	return dc->raw_off < dc->raw_len;
+}
+
+static void docker_conn_close(struct nbrun__conn *c)
+{
+	struct docker_conn *dc = (struct docker_conn *)c;
+
+	if (!dc)
+		return;
+	if (dc->curl)
+		curl_easy_cleanup(dc->curl);
+	free(dc);
+}
+
+/* Send all of s, polling for room until the deadline. */
+static int docker_conn_write_all(struct docker_conn *dc, const char *s, size_t len, long timeout_ms)
+{
+	while (len) {
+		ssize_t n = docker_conn_send(&dc->conn, s, len);
+		if (n == -EAGAIN) {
+			struct pollfd p = { dc->conn.fd, POLLOUT, 0 };
+			if (poll(&p, 1, (int)timeout_ms) <= 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (n < 0)
+			return (int)n;
+		s += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int nbrun__docker_attach(struct nbrun__docker *d, const char *container, struct nbrun__conn **out)
+{
+	struct docker_conn *dc;
+	char req[512];
+	curl_socket_t sock = CURL_SOCKET_BAD;
+	CURLcode cc;
+	char *end;
+	int rc, status = 0;
+
+	*out = NULL;
+	dc = calloc(1, sizeof(*dc));
+	if (!dc)
+		return nbrun__err(d->ctx, NBRUN_ENOMEM, "out of memory");
+	dc->conn.send = docker_conn_send;
+	dc->conn.recv = docker_conn_recv;
+	dc->conn.pending = docker_conn_pending;
+	dc->conn.close = docker_conn_close;
+	dc->conn.fd = -1;
+	dc->curl = curl_easy_duphandle(d->curl);
+	if (!dc->curl) {
+		rc = nbrun__err(d->ctx, NBRUN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	curl_easy_setopt(dc->curl, CURLOPT_URL, d->base_url);
+	curl_easy_setopt(dc->curl, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(dc->curl, CURLOPT_TIMEOUT_MS, 0L);
+	curl_easy_setopt(dc->curl, CURLOPT_NOPROGRESS, 1L);
+	curl_easy_setopt(dc->curl, CURLOPT_ERRORBUFFER, NULL);
+	cc = curl_easy_perform(dc->curl);
+	if (cc == CURLE_OK)
+		cc = curl_easy_getinfo(dc->curl, CURLINFO_ACTIVESOCKET, &sock);
+	if (cc != CURLE_OK || sock == CURL_SOCKET_BAD) {
+		rc = nbrun__err(d->ctx, NBRUN_EENGINE, "cannot connect to the Docker engine at %s: %s",
+				d->host, curl_easy_strerror(cc));
+		goto fail;
+	}
+	dc->conn.fd = (int)sock;
+	snprintf(req, sizeof(req),
+		 "POST /v%s/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"
+		 "Host: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+		 d->api, container);
+	rc = docker_conn_write_all(dc, req, strlen(req), 10000);
+	if (rc < 0) {
+		rc = nbrun__errno(d->ctx, NBRUN_EENGINE, -rc, "cannot attach to the container");
+		goto fail;
+	}
+	/* The reply head; bytes after it are already the stream. */
+	for (;;) {
+		size_t n = 0;
+		struct pollfd p = { dc->conn.fd, POLLIN, 0 };
+
+		cc = curl_easy_recv(dc->curl, dc->raw + dc->raw_len, sizeof(dc->raw) - 1 - dc->raw_len, &n);
+		if (cc == CURLE_AGAIN) {
+			if (poll(&p, 1, 10000) <= 0) {
+				rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine did not answer the attach in time");
+				goto fail;
+			}
+			continue;
+		}
+		if (cc != CURLE_OK || n == 0) {
+			rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine closed the attach connection");
+			goto fail;
+		}
+		dc->raw_len += n;
+		dc->raw[dc->raw_len] = '\0';
+		end = strstr((char *)dc->raw, "\r\n\r\n");
+		if (end)
+			break;
+		if (dc->raw_len >= sizeof(dc->raw) - 1) {
+			rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine's attach reply is malformed");
+			goto fail;
+		}
+	}
+	if (sscanf((char *)dc->raw, "HTTP/1.%*d %d", &status) != 1 || (status != 101 && status != 200)) {
+		char *eol = strstr((char *)dc->raw, "\r\n");
+		rc = nbrun__err(d->ctx, status == 404 ? NBRUN_ENOTFOUND : NBRUN_EENGINE,
+				"cannot attach to the container: %.*s",
+				(int)(eol ? eol - (char *)dc->raw : 0) > 120 ? 120 : (int)(eol ? eol - (char *)dc->raw : 0),
+				(char *)dc->raw);
+		goto fail;
+	}
+	dc->raw_off = (size_t)(end + 4 - (char *)dc->raw);
+	*out = &dc->conn;
+	return 0;
+fail:
+	docker_conn_close(&dc->conn);
+	return rc;
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One notebook executed in a started sandbox: upload, execute with the
- * deadline, fetch the executed notebook and /mnt/data, parse and export
- * them into the output directory, and decide the status.
+ * One notebook executed in a started sandbox, over its live channel
+ * (environments/jupyter/PROTOCOL.md): inputs and notebook sent, executed
+ * cells received as they finish, /mnt/data fetched, everything parsed and
+ * exported into the output directory, and the status decided. Nothing of it
+ * comes from a file or stream the user's code can write.
  */
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +17,7 @@
 
 #include "clock.h"
 #include "nbrun-private.h"
+#include "text.h"
 
 #define JOB_UID 1000
 #define JOB_GID 1000
@@ -28,18 +30,14 @@ static void job_progress(struct nbrun__job *j, enum nbrun_phase phase)
 
 /* ---- upload ------------------------------------------------------------------ */
 
-static int job_put_archive(struct nbrun__job *j, struct nbrun__tar *t, const char *dest)
-{
-	const void *data;
-	size_t len;
-	int rc;
+/* Cell timeout: the whole run's deadline less a margin for the kernel start. */
+#define JOB_MARGIN_MS 4000
+/* Replies to requests other than execute (stored, archive headers). */
+#define JOB_REPLY_TIMEOUT_MS 120000
 
-	rc = nbrun__tar_finish(t, &data, &len);
-	if (rc == NBRUN_EINVAL)
-		return nbrun__err(j->ctx, rc, "input files are larger than the sandbox disk");
-	if (rc < 0)
-		return nbrun__err(j->ctx, rc, "cannot build the upload archive");
-	return j->sb->ops->put_archive(j->sb, dest, data, len);
+static uint64_t job_after(uint64_t ms)
+{
+	return clock_mono_ms() + ms;
 }
 
 static const char *job_base_name(const char *path)
@@ -53,50 +51,70 @@ static const char *job_base_name(const char *path)
 	return b ? b + 1 : path;
 }
 
-/*
- * The volumes are tmpfs: they hold files only while the container runs, so
- * uploads happen after start. Input files go first; the notebook and the
- * .ready marker that releases nbrun-exec go last, in one archive.
- */
-static int job_upload(struct nbrun__job *j, const char *notebook, size_t len)
+static int job_send(struct nbrun__job *j, json_t *msg, const void *blob, size_t len)
+{
+	int rc;
+
+	if (!msg)
+		return nbrun__err(j->ctx, NBRUN_ENOMEM, "out of memory");
+	rc = nbrun__chan_send(&j->sb->ch, msg, blob, len, job_after(JOB_REPLY_TIMEOUT_MS));
+	json_decref(msg);
+	return rc;
+}
+
+/* The input files, as one archive unpacked in /mnt/data by the agent. */
+static int job_put_inputs(struct nbrun__job *j)
 {
 	const struct nbrun_run_options *o = j->opts;
 	struct nbrun__tar *t = NULL;
-	int rc = 0;
+	const void *data;
+	size_t len;
+	int rc;
 
-	if (o->file_count) {
-		rc = nbrun__tar_new(&t, JOB_UID, JOB_GID, (size_t)o->disk_bytes + (1u << 20));
-		if (rc < 0)
-			return nbrun__err(j->ctx, rc, "out of memory");
-		for (size_t i = 0; i < o->file_count && rc == 0; i++) {
-			const char *name = job_base_name(o->files[i]);
-			char clean[NBRUN_MAX_NAME_BYTES + 1];
-			snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
-			rc = nbrun__tar_add_path(j->ctx, t, o->files[i], clean);
-		}
-		nbrun__tar_take_files(t, &j->inputs, &j->n_inputs);
-		if (rc == 0)
-			rc = job_put_archive(j, t, "/mnt/data");
-		nbrun__tar_free(t);
-		t = NULL;
-		if (rc < 0)
-			return rc;
-	}
-	rc = nbrun__tar_new(&t, JOB_UID, JOB_GID, len + 8192);
+	if (!o->file_count)
+		return 0;
+	rc = nbrun__tar_new(&t, JOB_UID, JOB_GID, (size_t)o->disk_bytes + (1u << 20));
 	if (rc < 0)
 		return nbrun__err(j->ctx, rc, "out of memory");
-	rc = nbrun__tar_add_data(t, "notebook.ipynb", notebook, len);
+	for (size_t i = 0; i < o->file_count && rc == 0; i++) {
+		const char *name = job_base_name(o->files[i]);
+		char clean[NBRUN_MAX_NAME_BYTES + 1];
+		snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
+		rc = nbrun__tar_add_path(j->ctx, t, o->files[i], clean);
+	}
+	nbrun__tar_take_files(t, &j->inputs, &j->n_inputs);
+	if (rc == 0) {
+		rc = nbrun__tar_finish(t, &data, &len);
+		if (rc == NBRUN_EINVAL)
+			rc = nbrun__err(j->ctx, rc, "input files are larger than the sandbox disk");
+		else if (rc < 0)
+			rc = nbrun__err(j->ctx, rc, "cannot build the upload archive");
+	}
 	if (rc == 0)
-		rc = nbrun__tar_add_data(t, ".ready", "", 0);
-	if (rc == 0)
-		rc = job_put_archive(j, t, "/app");
+		rc = job_send(j, json_pack("{s:s, s:s, s:s}", "type", "put", "id", "inputs", "path",
+					   "/mnt/data"),
+			      data, len);
 	nbrun__tar_free(t);
 	return rc;
 }
 
+static int job_send_execute(struct nbrun__job *j, const char *notebook, size_t len)
+{
+	const struct nbrun_run_options *o = j->opts;
+	uint64_t cell_ms = o->cell_timeout_ms;
+
+	if (!cell_ms)
+		cell_ms = o->timeout_ms > 2 * JOB_MARGIN_MS ? o->timeout_ms - JOB_MARGIN_MS
+							    : o->timeout_ms / 2;
+	return job_send(j, json_pack("{s:s, s:s, s:I, s:b}", "type", "execute", "id", "run",
+				     "cell_timeout", (json_int_t)(cell_ms < 1000 ? 1 : cell_ms / 1000),
+				     "stream", 0),
+			notebook, len);
+}
+
 /* ---- execution ---------------------------------------------------------------- */
 
-/* Cells nbrun-exec marked as interrupted at their cell timeout. */
+/* Cells the agent marked as interrupted at their cell timeout. */
 static int job_timed_out_cell(const json_t *nb)
 {
 	const json_t *cell;
@@ -110,64 +128,182 @@ static int job_timed_out_cell(const json_t *nb)
 	return -1;
 }
 
-/*
- * Wait for nbrun-exec's "NBRUN-DONE <exit code> <oom kills>" line. Returns 0
- * when done or the container stopped, 1 when the deadline passed.
- *
- * The engine's log stream is not reliable: when the json-file log rotates
- * (max-size 1m, and the code can write to it at will) a follower may miss
- * lines or see its stream end while the container runs on. So the log is
- * followed in short slices, each one reading the current file again, and a
- * stream that ends only counts when the container has really stopped.
- */
-#define JOB_WAIT_SLICE_MS 2000L
-static int job_wait(struct nbrun__job *j, int *code, bool *oom)
+/* What the agent said about the execution. */
+struct job_end {
+	bool done;            /* a done message came */
+	bool timed_out;       /* the run's deadline passed first */
+	bool ended;           /* the stream ended first */
+	bool violation;
+	int oom_kills;
+	char status[16];      /* done.status */
+	char message[300];    /* done.message, or what broke */
+	uint64_t values;      /* JSON values received in cells */
+	uint64_t bytes;       /* bytes of executed cells received */
+};
+
+/* A printable one-line copy of an untrusted text: controls (C0, DEL, C1) become spaces. */
+static void job_line(char *dst, size_t dstsz, const char *src)
 {
-	struct nbrun__sandbox_state st;
-	char rest[64];
-	int rc, kills = 0;
+	const unsigned char *p = (const unsigned char *)(src ? src : "");
+	size_t n = 0;
 
-	*code = -1;
+	for (; *p && n + 1 < dstsz; p++) {
+		if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			dst[n++] = ' ';
+			p++;
+		} else {
+			dst[n++] = *p < 0x20 || *p == 0x7f ? ' ' : (char)*p;
+		}
+	}
+	dst[n] = '\0';
+	/* Invalid UTF-8 (a cut sequence, or bytes that never were text) is dropped. */
+	if (!text_utf8_valid(dst, n)) {
+		size_t k = 0;
+		for (size_t i = 0; i < n;) {
+			size_t len = 1;
+			while (len <= 4 && i + len <= n && !text_utf8_valid(dst + i, len))
+				len++;
+			if (len <= 4 && i + len <= n) {
+				memmove(dst + k, dst + i, len);
+				k += len;
+				i += len;
+			} else {
+				i++;
+			}
+		}
+		dst[k] = '\0';
+	}
+}
+
+/* An executed cell: it replaces the code cell at its index. */
+static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, struct job_end *e)
+{
+	json_t *cells = json_object_get(nb, "cells"), *cell = NULL;
+	json_int_t i = json_integer_value(json_object_get(msg, "cell"));
+	uint64_t left = j->lim.max_notebook_bytes > e->bytes ? j->lim.max_notebook_bytes - e->bytes : 0;
+	struct buf blob = BUF_INIT(left + 1);
+	int rc;
+
+	if (!json_is_integer(json_object_get(msg, "cell")) || i < 0 ||
+	    (size_t)i >= json_array_size(cells) ||
+	    strcmp(json_string_value(json_object_get(json_array_get(cells, (size_t)i), "cell_type")) ?: "",
+		   "code"))
+		return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: a cell that is not one of the notebook's code cells");
+	rc = nbrun__chan_recv_blob(&j->sb->ch, &blob, -1, left, j->deadline_ms);
+	if (rc == 0)
+		e->bytes += blob.len;
+	if (rc == 0)
+		rc = nbrun__notebook_piece_loadb(&cell, j->ctx, blob.data ? blob.data : "", blob.len,
+						 &e->values);
+	buf_free(&blob);
+	if (rc != 0)
+		return rc;
+	if (!json_is_object(cell) ||
+	    strcmp(json_string_value(json_object_get(cell, "cell_type")) ?: "", "code")) {
+		json_decref(cell);
+		return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: an executed cell that is not a code cell");
+	}
+	json_array_set_new(cells, (size_t)i, cell);
+	return 0;
+}
+
+static int job_take_done(struct nbrun__job *j, json_t *nb, const json_t *msg, struct job_end *e)
+{
+	struct buf blob = BUF_INIT(NBRUN__CHAN_MAX_JSON * 4);
+	json_t *meta = NULL;
+	int rc;
+
+	e->done = true;
+	e->oom_kills = (int)json_integer_value(json_object_get(msg, "oom_kills"));
+	job_line(e->status, sizeof(e->status), json_string_value(json_object_get(msg, "status")));
+	job_line(e->message, sizeof(e->message), json_string_value(json_object_get(msg, "message")));
+	rc = nbrun__chan_recv_blob(&j->sb->ch, &blob, -1, blob.max - 1, j->deadline_ms);
+	if (rc == 0 && blob.len)
+		rc = nbrun__notebook_piece_loadb(&meta, j->ctx, blob.data, blob.len, &e->values);
+	buf_free(&blob);
+	if (rc != 0)
+		return rc;
+	/* The kernel's language_info and widget state, as nbconvert keeps them. */
+	if (json_is_object(meta))
+		json_object_set(nb, "metadata", meta);
+	json_decref(meta);
+	return 0;
+}
+
+/*
+ * Read the agent's messages until the execution is done, the deadline
+ * passes or the stream ends; executed cells go into nb as they come.
+ * 0 (e says how it ended), < 0 on cancel or a broken engine.
+ */
+static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
+{
 	for (;;) {
-		uint64_t now = clock_mono_ms();
-		long left = j->deadline_ms > now ? (long)(j->deadline_ms - now) : 0;
+		json_t *msg = NULL;
+		const char *type;
+		int rc = nbrun__chan_recv(&j->sb->ch, &msg, j->deadline_ms);
 
-		if (left <= 0)
-			return 1;
-		rc = j->sb->ops->wait_line(j->sb, "NBRUN-DONE ", rest, sizeof(rest),
-					   left < JOB_WAIT_SLICE_MS ? left : JOB_WAIT_SLICE_MS);
-		if (rc < 0)
-			return rc;
-		if (rc == 1) {
-			if (sscanf(rest, "%d %d", code, &kills) >= 1)
-				*oom = kills > 0;
+		if (rc == 2) {
+			e->timed_out = true;
 			return 0;
 		}
 		if (rc == 0) {
-			/* The stream ended: done when the container stopped. */
-			rc = j->sb->ops->state(j->sb, &st);
-			if (rc < 0)
-				return rc;
-			if (!st.running)
-				return 0;
-			/* Cut by a log rotation: pause a little, then follow again. */
-			nanosleep(&(struct timespec){ 0, 100 * 1000 * 1000 }, NULL);
+			e->ended = true;
+			return 0;
 		}
-		if (j->opts->cancel && *j->opts->cancel)
-			return nbrun__err(j->ctx, NBRUN_ECANCELLED, "interrupted");
+		if (rc == NBRUN_EPARSE) {
+			e->violation = true;
+			job_line(e->message, sizeof(e->message), nbrun_ctx_errmsg(j->ctx));
+			return 0;
+		}
+		if (rc < 0)
+			return rc == NBRUN_ECANCELLED ? rc : (e->ended = true, 0);
+		type = json_string_value(json_object_get(msg, "type"));
+		if (!strcmp(type, "hello") &&
+		    json_integer_value(json_object_get(msg, "protocol")) != NBRUN__CHAN_PROTOCOL) {
+			snprintf(e->message, sizeof(e->message),
+				 "the image speaks sandbox protocol %" JSON_INTEGER_FORMAT
+				 ", this nbrun %d: use an image of the same release (scripts/setup)",
+				 json_integer_value(json_object_get(msg, "protocol")), NBRUN__CHAN_PROTOCOL);
+			e->violation = true;
+		} else if (!strcmp(type, "cell")) {
+			rc = job_take_cell(j, nb, msg, e);
+		} else if (!strcmp(type, "done")) {
+			rc = job_take_done(j, nb, msg, e);
+		} else if (!strcmp(type, "error")) {
+			char line[200];
+			job_line(line, sizeof(line), json_string_value(json_object_get(msg, "message")));
+			snprintf(e->message, sizeof(e->message), "the sandbox refused the run: %s", line);
+			e->violation = json_is_true(json_object_get(msg, "fatal")) ||
+				       !strcmp(json_string_value(json_object_get(msg, "id")) ?: "", "run") ||
+				       !strcmp(json_string_value(json_object_get(msg, "id")) ?: "", "inputs");
+		}
+		/* Data of messages not looked at (newer types, streamed outputs) is skipped. */
+		if (rc == 0)
+			rc = nbrun__chan_recv_blob(&j->sb->ch, NULL, -1, j->lim.max_notebook_bytes, j->deadline_ms);
+		json_decref(msg);
+		if (rc == 2) {
+			e->timed_out = true;
+			return 0;
+		}
+		if (rc == NBRUN_EPARSE) {
+			e->violation = true;
+			job_line(e->message, sizeof(e->message), nbrun_ctx_errmsg(j->ctx));
+			return 0;
+		}
+		if (rc < 0)
+			return rc == NBRUN_ECANCELLED ? rc : (e->ended = true, 0);
+		if (e->done || e->violation)
+			return 0;
 	}
 }
 
 /* ---- download and export ------------------------------------------------------ */
 
-static int job_spool(struct nbrun__job *j, const char *src, uint64_t max, int *out_fd, bool *cut)
+/* An unnamed spool file next to the output: bounded memory for large archives. */
+static int job_spool_fd(struct nbrun__job *j)
 {
-	int fd, rc;
+	int fd = openat(j->out_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 
-	*out_fd = -1;
-	*cut = false;
-	/* The archive is spooled unnamed next to the output: bounded memory. */
-	fd = openat(j->out_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		char tmpl[PATH_MAX];
 		snprintf(tmpl, sizeof(tmpl), "%s/.spool-XXXXXX", j->out_dir);
@@ -177,71 +313,56 @@ static int job_spool(struct nbrun__job *j, const char *src, uint64_t max, int *o
 	}
 	if (fd < 0)
 		return nbrun__errno(j->ctx, NBRUN_EIO, errno, "cannot make a spool file");
-	rc = j->sb->ops->get_archive(j->sb, src, fd, max, cut);
-	if (rc < 0) {
-		close(fd);
-		return rc;
+	return fd;
+}
+
+/*
+ * /mnt/data as a tar in fd: from the agent while the channel works, else
+ * (deadline, a dead agent) through the engine's archive API.
+ */
+static int job_fetch_data(struct nbrun__job *j, int fd, uint64_t max, bool use_channel, bool *cut)
+{
+	json_t *msg = NULL;
+	uint64_t deadline = job_after(JOB_REPLY_TIMEOUT_MS);
+	int rc;
+
+	*cut = false;
+	if (!use_channel)
+		return j->sb->ops->get_archive(j->sb, "/mnt/data", fd, max, cut);
+	rc = job_send(j, json_pack("{s:s, s:s, s:s, s:I}", "type", "fetch", "id", "data", "path",
+				   "/mnt/data", "max_bytes", (json_int_t)max),
+		      NULL, 0);
+	while (rc == 0) {
+		const char *type;
+
+		rc = nbrun__chan_recv(&j->sb->ch, &msg, deadline);
+		if (rc != 1)
+			break;
+		type = json_string_value(json_object_get(msg, "type"));
+		if (!strcmp(type, "archive")) {
+			*cut = json_is_true(json_object_get(msg, "truncated"));
+			rc = nbrun__chan_recv_blob(&j->sb->ch, NULL, fd, max, deadline);
+			json_decref(msg);
+			return rc == 2 ? nbrun__err(j->ctx, NBRUN_EENGINE, "the sandbox did not send /mnt/data in time")
+				       : rc;
+		}
+		if (!strcmp(type, "error")) {
+			char line[200];
+			job_line(line, sizeof(line), json_string_value(json_object_get(msg, "message")));
+			json_decref(msg);
+			return nbrun__err(j->ctx, NBRUN_EIO, "the sandbox could not archive /mnt/data: %s", line);
+		}
+		rc = nbrun__chan_recv_blob(&j->sb->ch, NULL, -1, j->lim.max_notebook_bytes, deadline);
+		json_decref(msg);
+		msg = NULL;
 	}
-	lseek(fd, 0, SEEK_SET);
-	*out_fd = fd;
-	return 0;
+	if (rc == 2 || rc == 0)
+		return nbrun__err(j->ctx, NBRUN_EENGINE, "the sandbox did not send /mnt/data%s",
+				  rc == 2 ? " in time" : "");
+	return rc;
 }
 
-/* The executed notebook: a tar with one regular file, written as notebook.ipynb. */
-struct nb_sink {
-	struct nbrun__job *j;
-	int fd;
-	bool got, complete;
-};
-
-static int nb_entry(const struct nbrun__tar_entry *e, void *p)
-{
-	struct nb_sink *s = p;
-
-	if (s->got || e->type != AE_IFREG || e->hardlink)
-		return -1;
-	s->fd = nbrun__export_open(s->j->out_fd, "notebook.ipynb", 0644);
-	return s->fd >= 0 ? s->fd : -2;
-}
-
-static void nb_done(const struct nbrun__tar_entry *e, int fd, uint64_t written, bool complete,
-		    void *p)
-{
-	struct nb_sink *s = p;
-
-	s->got = true;
-	s->complete = complete;
-	close(fd);
-	s->fd = -1;
-}
-
-static int job_fetch_notebook(struct nbrun__job *j, const char *src, bool *got)
-{
-	struct nb_sink s = { j, -1, false, false };
-	struct nbrun__tar_sink sink = { nb_entry, nb_done, &s, j->lim.max_notebook_bytes, 4 };
-	bool cut;
-	int fd, rc;
-
-	*got = false;
-	rc = job_spool(j, src, j->lim.max_notebook_bytes + (1u << 20), &fd, &cut);
-	if (rc == NBRUN_ENOTFOUND)
-		return 0;
-	if (rc < 0)
-		return rc;
-	rc = nbrun__tar_extract(j->ctx, fd, &sink);
-	close(fd);
-	if (cut || (s.got && !s.complete)) {
-		unlinkat(j->out_fd, "notebook.ipynb", 0);
-		return nbrun__err(j->ctx, NBRUN_EPARSE, "the executed notebook is larger than %llu bytes",
-				  (unsigned long long)j->lim.max_notebook_bytes);
-	}
-	if (rc < 0)
-		return rc;
-	*got = s.got;
-	return 0;
-}
-
-static int job_export_files(struct nbrun__job *j)
+static int job_export_files(struct nbrun__job *j, bool use_channel)
 {
 	struct nbrun__files_export x = {
 		.result = j->result,
@@ -254,97 +375,114 @@ static int job_export_files(struct nbrun__job *j)
 	bool cut;
 	int fd, rc;
 
+	fd = job_spool_fd(j);
+	if (fd < 0)
+		return fd;
 	/* The archive stream is bounded too: the data plus room for tar headers. */
-	rc = job_spool(j, "/mnt/data", x.max_bytes + (uint64_t)(x.max_files * 4 + 64) * 1536 + (1u << 20),
-		       &fd, &cut);
-	if (rc < 0)
-		return rc;
-	rc = nbrun__export_files(j->ctx, &x, fd, cut);
+	rc = job_fetch_data(j, fd, x.max_bytes + (uint64_t)(x.max_files * 4 + 64) * 1536 + (1u << 20),
+			    use_channel, &cut);
+	if (rc == 0) {
+		lseek(fd, 0, SEEK_SET);
+		rc = nbrun__export_files(j->ctx, &x, fd, cut);
+	}
 	close(fd);
 	return rc;
 }
 
+/* The executed notebook, as the agent's cells made it, kept in the output directory. */
+static int job_write_notebook(struct nbrun__job *j, const json_t *nb)
+{
+	int fd = nbrun__export_open(j->out_fd, "notebook.ipynb", 0644);
+	int rc;
+
+	if (fd < 0)
+		return nbrun__errno(j->ctx, NBRUN_EIO, -fd, "cannot write notebook.ipynb");
+	rc = json_dumpfd(nb, fd, JSON_INDENT(1));
+	if (rc == 0)
+		rc = fd_write_all(fd, "\n", 1);
+	close(fd);
+	if (rc < 0)
+		return nbrun__err(j->ctx, NBRUN_EIO, "cannot write notebook.ipynb");
+	return 0;
+}
+
 /* ---- the job ------------------------------------------------------------------ */
 
-int nbrun__job_run(struct nbrun__job *j, const char *notebook, size_t len)
+int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_t len)
 {
 	struct nbrun__sandbox_state st = { false, false, 0 };
-	char msg[512], logline[300];
-	json_t *nb = NULL;
-	bool timed_out = false, got = false;
-	int rc, exec_code = -1, slow_cell = -1;
-	bool oom_kills = false, partial = false;
+	struct job_end e;
+	char msg[600];
+	bool got;
+	int rc, slow_cell = -1;
 
+	memset(&e, 0, sizeof(e));
+	if (!j->sb->conn)
+		return nbrun__err(j->ctx, NBRUN_EINVAL, "the sandbox has no channel");
 	job_progress(j, NBRUN_PHASE_UPLOAD);
-	rc = job_upload(j, notebook, len);
+	rc = job_put_inputs(j);
+	if (rc == 0)
+		rc = job_send_execute(j, notebook, len);
 	if (rc < 0)
 		return rc;
 
 	job_progress(j, NBRUN_PHASE_EXECUTE);
-	rc = job_wait(j, &exec_code, &oom_kills);
+	rc = job_follow(j, nb, &e);
 	if (rc < 0)
 		return rc;
-	timed_out = rc == 1;
-	rc = j->sb->ops->state(j->sb, &st);
-	if (rc < 0)
-		return rc;
+	if (!e.done) {
+		rc = j->sb->ops->state(j->sb, &st);
+		if (rc < 0)
+			return rc;
+	}
 
-	job_progress(j, NBRUN_PHASE_DOWNLOAD);
-	rc = job_fetch_notebook(j, "/app/executed.ipynb", &got);
-	if (rc == 0 && !got) {
-		/* nbconvert writes executed.ipynb last: without it the run did not
-		 * finish, whatever the done line said (the code can forge it). */
-		partial = true;
-		rc = job_fetch_notebook(j, "/app/partial.ipynb", &got);
-	}
-	if (rc == NBRUN_ECANCELLED)
-		return rc;
-	if (rc < 0) {
-		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
-		got = false;
-	}
+	/* Whatever came back is kept: the cells that finished are in nb. */
 	job_progress(j, NBRUN_PHASE_PARSE);
+	got = e.done || e.bytes > 0;
 	if (got) {
-		rc = nbrun__notebook_load(&nb, j->ctx, j->out_fd, "notebook.ipynb",
-					  j->lim.max_notebook_bytes);
+		rc = job_write_notebook(j, nb);
 		if (rc == 0)
 			rc = nbrun__outputs_parse(j->ctx, j->result, nb, j->out_fd, &j->lim);
 		if (rc == 0)
 			slow_cell = job_timed_out_cell(nb);
-		json_decref(nb);
 		if (rc < 0)
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
 	}
 	/* Files after the notebook: the parser fills the document's other lists. */
 	job_progress(j, NBRUN_PHASE_DOWNLOAD);
-	rc = job_export_files(j);
+	rc = job_export_files(j, e.done);
 	if (rc == NBRUN_ECANCELLED)
 		return rc;
+	if (rc < 0 && !nbrun_result_message(j->result))
+		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
 
 	/* What ended the run decides its status; outputs so far stay in the result. */
-	if (timed_out) {
+	if (e.timed_out) {
 		snprintf(msg, sizeof(msg), "the run passed its %llu ms deadline and was killed%s",
 			 (unsigned long long)j->opts->timeout_ms,
 			 got ? "; outputs of the finished cells are kept" : "");
 		nbrun__result_set_status(j->result, NBRUN_STATUS_TIMEOUT, msg);
-	} else if (st.oom || oom_kills) {
+	} else if (st.oom || e.oom_kills > 0) {
 		nbrun__result_set_status(j->result, NBRUN_STATUS_OOM,
 					 "the sandbox ran out of memory (raise --memory)");
 	} else if (slow_cell >= 0) {
 		snprintf(msg, sizeof(msg), "cell %d passed its cell timeout and was interrupted; the other cells ran",
 			 slow_cell);
 		nbrun__result_set_status(j->result, NBRUN_STATUS_TIMEOUT, msg);
-	} else if (exec_code != 0 || partial) {
-		/* nbconvert stopped early (a dead kernel, say): the partial notebook has the cells that finished. */
-		j->sb->ops->last_error_line(j->sb, logline, sizeof(logline));
-		snprintf(msg, sizeof(msg), "%s (exit code %d)%s%s",
+	} else if (e.violation) {
+		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, e.message);
+	} else if (!e.done || (strcmp(e.status, "ok") && strcmp(e.status, "error"))) {
+		/* The kernel or the agent died: the cells that finished are kept. */
+		char why[400];
+		if (e.message[0])
+			snprintf(why, sizeof(why), "%s", e.message);
+		else
+			job_line(why, sizeof(why), j->sb->conn ? j->sb->conn->err_tail : "");
+		snprintf(msg, sizeof(msg), "%s%s%s",
 			 got ? "the run stopped early; outputs of the finished cells are kept"
 			     : "no executed notebook came back",
-			 exec_code >= 0 ? exec_code : st.exit_code, logline[0] ? ": " : "", logline);
-		if (!nbrun_result_message(j->result))
-			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, msg);
-	} else if (!got && !nbrun_result_message(j->result)) {
-		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, "no executed notebook came back");
+			 why[0] ? ": " : "", why);
+		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, msg);
 	}
 	return 0;
 }

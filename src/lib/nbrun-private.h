@@ -79,6 +79,14 @@ int nbrun__notebook_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data,
 			  uint64_t max_bytes);
 
 /*
+ * A piece of a notebook sent separately (an executed cell): any JSON, with
+ * its values added to *values, which must stay under the cap a whole
+ * notebook has.
+ */
+int nbrun__notebook_piece_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data, size_t len,
+				uint64_t *values);
+
+/*
  * Fill r from an executed notebook: status ok/error, stdout, stderr,
  * outputs, results, error, images (decoded into out_dirfd/images/ when
  * out_dirfd >= 0), truncated, skipped.
@@ -172,6 +180,7 @@ int nbrun__tar_extract(struct nbrun_ctx *ctx, int fd, const struct nbrun__tar_si
 /* ---- docker.c: Docker Engine API over libcurl ------------------------------ */
 
 struct nbrun__docker;
+struct nbrun__conn;
 int nbrun__docker_new(struct nbrun__docker **out, struct nbrun_ctx *ctx);
 void nbrun__docker_free(struct nbrun__docker *d);
 /* Abort a blocking call (wait, download) when *cancel becomes non-zero. */
@@ -201,8 +210,76 @@ int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, ui
  */
 int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
 			      char *rest, size_t restlen, long timeout_ms);
+/*
+ * Attach to a container's stdin, stdout and stderr (before it starts, so
+ * nothing is missed): a hijacked connection handed over as a stream of its
+ * stdout; its stderr is kept in err_tail. Close with conn->close().
+ */
+int nbrun__docker_attach(struct nbrun__docker *d, const char *container, struct nbrun__conn **out);
 /* Negotiated API version, e.g. "1.41". */
 const char *nbrun__docker_api_version(const struct nbrun__docker *d);
+
+/* ---- channel.c: the live channel to the sandbox's agent ------------------- */
+
+/*
+ * A byte stream to the agent: its stdin one way, its stdout the other
+ * (environments/jupyter/PROTOCOL.md). Non-blocking; poll fd, but call recv
+ * first while pending() says bytes are buffered.
+ */
+struct nbrun__conn {
+	/* Up to len bytes: the count, -EAGAIN, or < 0 on a broken connection. */
+	ssize_t (*send)(struct nbrun__conn *c, const void *buf, size_t len);
+	/* Up to len bytes of the agent's stdout: the count, 0 at its end, -EAGAIN, < 0. */
+	ssize_t (*recv)(struct nbrun__conn *c, void *buf, size_t len);
+	bool (*pending)(struct nbrun__conn *c);
+	void (*close)(struct nbrun__conn *c);
+	int fd;
+	/* The last bytes of the agent's stderr, NUL-terminated (diagnostics only). */
+	char err_tail[4096];
+	size_t err_len;
+};
+
+#define NBRUN__CHAN_PROTOCOL 1
+#define NBRUN__CHAN_MAX_JSON (1u << 20)
+#define NBRUN__CHAN_MAX_CHUNK (1u << 20)
+
+struct nbrun__chan {
+	struct nbrun__conn *conn;
+	struct nbrun_ctx *ctx;
+	const volatile sig_atomic_t *cancel;
+	unsigned char rbuf[65536];
+	size_t rlen, roff;
+	int64_t blob_left;   /* -1: no blob pending; else bytes of it still to read */
+	bool blob_end;       /* the E frame of the pending blob is still to come */
+	bool broken;         /* a violation or a dead connection: nothing more to read */
+};
+
+void nbrun__chan_init(struct nbrun__chan *ch, struct nbrun__conn *conn, struct nbrun_ctx *ctx,
+		      const volatile sig_atomic_t *cancel);
+/*
+ * Send a message (a JSON object with a string "type") and, when blob is not
+ * NULL, blob_len bytes of data after it ("blob" is set to blob_len).
+ * deadline_ms: monotonic; 0 none. 0, or < 0 (timeout, broken, cancel).
+ */
+int nbrun__chan_send(struct nbrun__chan *ch, json_t *msg, const void *blob, size_t blob_len,
+		     uint64_t deadline_ms);
+/*
+ * The next message. 1 with *out (its "blob", if any, must be read next with
+ * nbrun__chan_recv_blob), 0 at the end of the stream, 2 when the deadline
+ * passed; NBRUN_EPARSE on a protocol violation ("sandbox protocol violation:
+ * ..." on the context), other < 0 on a broken connection or cancel.
+ */
+int nbrun__chan_recv(struct nbrun__chan *ch, json_t **out, uint64_t deadline_ms);
+/*
+ * The data of the message just received, into buf (when not NULL) or fd
+ * (when >= 0) or nowhere. More than cap bytes is a violation. 0, 2 deadline,
+ * < 0 as nbrun__chan_recv (end of stream inside a blob is a violation).
+ */
+int nbrun__chan_recv_blob(struct nbrun__chan *ch, struct buf *buf, int fd, uint64_t cap,
+			  uint64_t deadline_ms);
+
+/* Encode a frame header. */
+void nbrun__chan_header(unsigned char h[8], char kind, uint32_t len);
 
 /* ---- sandbox.c: a started, hardened container behind a backend ------------ */
 
@@ -222,11 +299,10 @@ struct nbrun__sandbox_spec {
 	uint64_t nano_cpus;
 	int64_t pids;
 	uint64_t disk_bytes;      /* /mnt/data */
-	uint64_t app_bytes;       /* /app */
 	bool network;             /* bridge instead of none */
 	const char *const *env;   /* "KEY=VALUE" */
 	size_t env_count;
-	unsigned int cell_timeout_s;
+	const char *preload;      /* modules the kernel imports before it is ready, or NULL */
 };
 
 struct nbrun__sandbox_state {
@@ -243,8 +319,12 @@ struct nbrun__sandbox_ops {
 	int (*open)(struct nbrun__sandbox *sb);
 	/* Remove what killed runs left behind (cheap; errors ignored). */
 	void (*gc)(struct nbrun__sandbox *sb);
+	/* Check that the image is on the engine (want NULL: the default, else
+	 * :latest) and set sb->image. */
+	int (*resolve_image)(struct nbrun__sandbox *sb, const char *want);
 	/* Resolve the image (sb->image) and create the sandbox, not started. */
 	int (*create)(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec);
+	/* Start it with its channel attached (sb->conn). */
 	int (*start)(struct nbrun__sandbox *sb);
 	/* Unpack an uncompressed tar at dest. */
 	int (*put_archive)(struct nbrun__sandbox *sb, const char *dest, const void *tar, size_t len);
@@ -252,15 +332,9 @@ struct nbrun__sandbox_ops {
 	 * NBRUN_ENOTFOUND when src does not exist. */
 	int (*get_archive)(struct nbrun__sandbox *sb, const char *src, int fd, uint64_t max,
 			   bool *cut);
-	/* Wait for a line starting with marker on the sandbox's stdout, as
-	 * nbrun__docker_wait_marker (1 seen, 0 stream ended, 2 timeout). */
-	int (*wait_line)(struct nbrun__sandbox *sb, const char *marker, char *rest, size_t restlen,
-			 long timeout_ms);
-	/* The last line on its stderr, one printable line or "". */
-	void (*last_error_line)(struct nbrun__sandbox *sb, char *out, size_t outlen);
 	int (*state)(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out);
-	/* Remove the sandbox and everything it holds; idempotent, never
-	 * cancelled, errors ignored. */
+	/* Close the channel, remove the sandbox and everything it holds;
+	 * idempotent, never cancelled, errors ignored. */
 	void (*destroy)(struct nbrun__sandbox *sb);
 	void (*free)(struct nbrun__sandbox *sb);
 };
@@ -271,6 +345,9 @@ struct nbrun__sandbox {
 	const volatile sig_atomic_t *cancel;
 	char id[16];               /* random hex: names and the nbrun.run label */
 	char *image;               /* resolved by create */
+	struct nbrun__conn *conn;  /* the agent's stream, once started */
+	struct nbrun__chan ch;     /* messages over conn */
+	bool ready;                /* the agent said ready (kernel up, preload done) */
 	void *backend;
 };
 
@@ -287,6 +364,13 @@ void nbrun__sandbox_bind(struct nbrun__sandbox *sb, struct nbrun_ctx *ctx,
 			 const volatile sig_atomic_t *cancel);
 /* Destroy (when created) and release; NULL is fine. */
 void nbrun__sandbox_free(struct nbrun__sandbox *sb);
+/*
+ * Wait until the agent says ready (kernel up, preload done), checking its
+ * protocol version on the way. 0, or < 0 with the context's message.
+ */
+int nbrun__sandbox_wait_ready(struct nbrun__sandbox *sb, uint64_t deadline_ms);
+/* True while a started sandbox's agent has said nothing unasked (alive and idle). */
+bool nbrun__sandbox_idle(struct nbrun__sandbox *sb);
 
 /* ---- job.c: one notebook executed in a started sandbox --------------------- */
 
@@ -305,14 +389,25 @@ struct nbrun__job {
 };
 
 /*
- * Upload the inputs and the notebook, execute with the deadline, fetch the
- * executed notebook and /mnt/data, parse and export them into the output
- * directory, and set the result's status. 0 when the result says what
- * happened; < 0 when the job could not be done (engine, cancel).
+ * Send the inputs and the notebook (nb, and the same as text) over the
+ * sandbox's channel, follow the execution until the deadline, take the
+ * executed cells into nb, fetch /mnt/data, parse and export everything into
+ * the output directory, and set the result's status. 0 when the result
+ * says what happened; < 0 when the job could not be done (engine, cancel).
  */
-int nbrun__job_run(struct nbrun__job *job, const char *notebook, size_t len);
+int nbrun__job_run(struct nbrun__job *job, json_t *nb, const char *notebook, size_t len);
 /* Release what the job filled (not the result, sandbox or directory). */
 void nbrun__job_release(struct nbrun__job *job);
+
+/* ---- pool.c / runner.c -------------------------------------------------------- */
+
+/* A ready sandbox bound to ctx when the run fits the pool and one is ready, else NULL. */
+struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
+					 const struct nbrun_run_options *o);
+/* Hand a used sandbox (or a cold one of a pool run) to the pool's reaper. */
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb);
+/* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
+int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
 
 /* ---- gc.c ----------------------------------------------------------------- */
 

@@ -145,6 +145,22 @@ int nbrun__notebook_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data,
 	return 0;
 }
 
+int nbrun__notebook_piece_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data, size_t len,
+				uint64_t *values)
+{
+	struct value_count count = { *values, false, false };
+	json_error_t err;
+
+	*out = NULL;
+	if (!count_values(&count, data, len))
+		return too_many_values(ctx);
+	*values = count.values;
+	*out = json_loadb(data, len, JSON_ALLOW_NUL, &err);
+	if (!*out)
+		return json_fail(ctx, &err);
+	return 0;
+}
+
 struct load_src {
 	int fd;
 	uint64_t total, max;

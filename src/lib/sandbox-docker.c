@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Docker sandbox backend: two bounded tmpfs volumes and a hardened
+ * The Docker sandbox backend: a bounded tmpfs volume and a hardened
  * container (no capabilities, seccomp, no-new-privileges, read-only root,
  * no network, bounded memory, CPU, processes and files), reached through
  * the Engine API, and removed with its volumes whatever happened.
@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "nbrun-private.h"
-#include "text.h"
 
 #define DSB_UID 1000
 #define DSB_GID 1000
@@ -23,9 +22,8 @@
 struct dsb {
 	struct nbrun__docker *docker;
 	char container[64];     /* name, set once created */
-	char vol_app[64];
 	char vol_data[64];
-	bool have_container, have_vol_app, have_vol_data;
+	bool have_container, have_vol_data;
 };
 
 /* The backend of sb, its engine handle speaking for the thread using sb now. */
@@ -40,10 +38,15 @@ static struct dsb *dsb_of(struct nbrun__sandbox *sb)
 
 static int dsb_status(struct nbrun__sandbox *sb, int status, const char *what)
 {
+	char engine[sizeof(sb->ctx->errmsg)];
+
 	if (status < 0)
 		return status;
-	if (status >= 400)
-		return nbrun__err(sb->ctx, NBRUN_EENGINE, "%s: %s", what, nbrun_ctx_errmsg(sb->ctx));
+	if (status >= 400) {
+		/* The engine's message is on the context: copy it before it is replaced. */
+		snprintf(engine, sizeof(engine), "%s", nbrun_ctx_errmsg(sb->ctx));
+		return nbrun__err(sb->ctx, NBRUN_EENGINE, "%s: %s", what, engine);
+	}
 	return 0;
 }
 
@@ -59,7 +62,6 @@ static int dsb_open(struct nbrun__sandbox *sb)
 		free(b);
 		return rc;
 	}
-	snprintf(b->vol_app, sizeof(b->vol_app), "nbrun-%s-app", sb->id);
 	snprintf(b->vol_data, sizeof(b->vol_data), "nbrun-%s-data", sb->id);
 	sb->backend = b;
 	return 0;
@@ -81,9 +83,9 @@ static void dsb_gc(struct nbrun__sandbox *sb)
 	nbrun__gc_orphans(b->docker, sb->ctx);
 }
 
-static int dsb_pick_image(struct nbrun__sandbox *sb, const char *want)
+static int dsb_resolve_image(struct nbrun__sandbox *sb, const char *want)
 {
-	struct dsb *b = sb->backend;
+	struct dsb *b = dsb_of(sb);
 	char path[512];
 	int status;
 
@@ -144,10 +146,12 @@ static int dsb_create_volume(struct nbrun__sandbox *sb, const char *name, uint64
 			 dsb_labels(sb));
 	if (!body)
 		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	/* Removed at the end even when the reply is lost after the engine acted. */
+	*have = true;
 	status = nbrun__docker_json(b->docker, "POST", "/volumes/create", body, NULL, 0);
 	json_decref(body);
-	if (status >= 200 && status < 300)
-		*have = true;
+	if (status >= 400)
+		*have = false;
 	return dsb_status(sb, status, "cannot create a volume");
 }
 
@@ -201,36 +205,43 @@ static char *dsb_seccomp_option(void)
 	return opt;
 }
 
+/*
+ * The agent and the engine's init run as uid 0 with no capability but those
+ * needed to start the kernel as uid 1000 (which then has none, an empty
+ * bounding set and no_new_privs): a uid 1000 process cannot open, signal or
+ * trace them, so the user's code can neither write into the channel nor read
+ * it (environments/jupyter/PROTOCOL.md).
+ */
 static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *o)
 {
 	struct dsb *b = sb->backend;
-	char cell_s[32];
 	char *seccomp = dsb_seccomp_option();
 	json_t *env, *spec;
 
 	if (!seccomp)
 		return NULL;
-	snprintf(cell_s, sizeof(cell_s), "%u", o->cell_timeout_s ? o->cell_timeout_s : 1);
 	env = json_array();
 	for (size_t i = 0; env && i < o->env_count; i++)
 		json_array_append_new(env, json_string(o->env[i]));
+	if (env && o->preload)
+		json_array_append_new(env, json_sprintf("NBRUN_PRELOAD=%s", o->preload));
 	spec = json_pack(
-		"{s:s, s:[s,s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b,"
-		" s:{s:s, s:[s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
-		"    s:{s:s, s:{s:s, s:s}}, s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}], s:b,"
-		"    s:[{s:s, s:I, s:I}], s:s}}",
-		"Image", sb->image, "Cmd", "/opt/nbrun/nbrun-exec", cell_s, "Env", env, "User",
-		"1000:1000", "WorkingDir", "/mnt/data", "Labels", dsb_labels(sb), "NetworkDisabled",
-		!o->network, "AttachStdin", 0, "OpenStdin", 0, "Tty", 0, "HostConfig", "NetworkMode",
-		o->network ? "bridge" : "none", "CapDrop", "ALL", "SecurityOpt", "no-new-privileges",
-		seccomp, "PidsLimit", (json_int_t)o->pids, "Memory", (json_int_t)o->memory_bytes,
-		"MemorySwap", (json_int_t)o->memory_bytes, "NanoCpus", (json_int_t)o->nano_cpus, "Init",
-		1, "ReadonlyRootfs", 1, "Tmpfs", "/tmp",
-		"rw,nosuid,nodev,size=" DSB_TMPFS_SIZE ",mode=1777", "LogConfig", "Type", "json-file",
-		"Config", "max-size", "1m", "max-file", "1", "Mounts", "Type", "volume", "Source",
-		b->vol_app, "Target", "/app", "Type", "volume", "Source", b->vol_data, "Target",
-		"/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft", (json_int_t)4096,
-		"Hard", (json_int_t)4096, "IpcMode", "private");
+		"{s:s, s:[s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:b,"
+		" s:{s:s, s:[s], s:[s,s,s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
+		"    s:{s:s}, s:[{s:s, s:s, s:s}], s:b, s:[{s:s, s:I, s:I}], s:s}}",
+		"Image", sb->image, "Cmd", "/opt/nbrun/nbrun-agent", "Env", env, "User", "0:0",
+		"WorkingDir", "/mnt/data", "Labels", dsb_labels(sb), "NetworkDisabled", !o->network,
+		"AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
+		"Tty", 0, "HostConfig", "NetworkMode", o->network ? "bridge" : "none", "CapDrop", "ALL",
+		"CapAdd", "SETUID", "SETGID", "SETPCAP", "SecurityOpt", "no-new-privileges", seccomp,
+		"PidsLimit", (json_int_t)o->pids, "Memory", (json_int_t)o->memory_bytes, "MemorySwap",
+		(json_int_t)o->memory_bytes, "NanoCpus", (json_int_t)o->nano_cpus, "Init", 1,
+		"ReadonlyRootfs", 1, "Tmpfs", "/tmp", "rw,nosuid,nodev,size=" DSB_TMPFS_SIZE ",mode=1777",
+		/* Everything the agent says goes through the attach stream: the
+		 * engine need not copy it into a log too. */
+		"LogConfig", "Type", "none", "Mounts", "Type", "volume", "Source", b->vol_data,
+		"Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft",
+		(json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
 	free(seccomp);
 	return spec;
 }
@@ -242,32 +253,38 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 	json_t *body;
 	int rc, status;
 
-	rc = dsb_pick_image(sb, spec->image);
+	rc = dsb_resolve_image(sb, spec->image);
 	if (rc < 0)
 		return rc;
-	rc = dsb_create_volume(sb, b->vol_app, spec->app_bytes, &b->have_vol_app);
-	if (rc == 0)
-		rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
+	rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
 	if (rc < 0)
 		return rc;
 	body = dsb_container_spec(sb, spec);
 	if (!body)
 		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
 	snprintf(path, sizeof(path), "/containers/create?name=nbrun-%s", sb->id);
+	snprintf(b->container, sizeof(b->container), "nbrun-%s", sb->id);
+	b->have_container = true;
 	status = nbrun__docker_json(b->docker, "POST", path, body, NULL, 0);
 	json_decref(body);
-	if (status >= 200 && status < 300) {
-		snprintf(b->container, sizeof(b->container), "nbrun-%s", sb->id);
-		b->have_container = true;
-	}
+	if (status >= 400)
+		b->have_container = false;
 	return dsb_status(sb, status, "cannot create the container");
 }
 
+/* Attached before it starts, so that nothing the agent says is missed. */
 static int dsb_start(struct nbrun__sandbox *sb)
 {
 	struct dsb *b = dsb_of(sb);
 	char path[128];
+	int rc;
 
+	if (!sb->conn) {
+		rc = nbrun__docker_attach(b->docker, b->container, &sb->conn);
+		if (rc < 0)
+			return rc;
+		nbrun__chan_init(&sb->ch, sb->conn, sb->ctx, sb->cancel);
+	}
 	snprintf(path, sizeof(path), "/containers/%s/start", b->container);
 	return dsb_status(sb, nbrun__docker_json(b->docker, "POST", path, NULL, NULL, 0),
 			  "cannot start the container");
@@ -311,61 +328,6 @@ static int dsb_get_archive(struct nbrun__sandbox *sb, const char *src, int fd, u
 	return 0;
 }
 
-static int dsb_wait_line(struct nbrun__sandbox *sb, const char *marker, char *rest,
-			 size_t restlen, long timeout_ms)
-{
-	struct dsb *b = dsb_of(sb);
-
-	return nbrun__docker_wait_marker(b->docker, b->container, marker, rest, restlen, timeout_ms);
-}
-
-static void dsb_last_error_line(struct nbrun__sandbox *sb, char *out, size_t outlen)
-{
-	struct dsb *b = dsb_of(sb);
-	char path[160];
-	struct buf raw = BUF_INIT(64 * 1024), text = BUF_INIT(64 * 1024);
-	size_t off = 0;
-	char *line, *end;
-
-	out[0] = '\0';
-	snprintf(path, sizeof(path), "/containers/%s/logs?stdout=0&stderr=1&tail=20", b->container);
-	if (nbrun__docker_request(b->docker, "GET", path, NULL, NULL, 0, &raw, 10000) != 200)
-		goto out;
-	/* Multiplexed frames: 8-byte header (stream, 0, 0, 0, big-endian length). */
-	while (raw.data && off + 8 <= raw.len) {
-		const unsigned char *h = (const unsigned char *)raw.data + off;
-		size_t n = ((size_t)h[4] << 24) | ((size_t)h[5] << 16) | ((size_t)h[6] << 8) | h[7];
-		if (n > raw.len - off - 8)
-			n = raw.len - off - 8;
-		buf_append(&text, raw.data + off + 8, n);
-		off += 8 + n;
-	}
-	if (!text.data)
-		goto out;
-	end = text.data + text.len;
-	while (end > text.data && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
-		*--end = '\0';
-	line = memrchr(text.data, '\n', (size_t)(end - text.data));
-	line = line ? line + 1 : text.data;
-	/* The code in the sandbox can write this line (pid 1's stderr is open to
-	 * it): keep it one printable line of valid UTF-8, or drop it. */
-	for (char *c = line; c < end; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			*c = ' ';
-		else if ((unsigned char)c[0] == 0xc2 && c + 1 < end && (unsigned char)c[1] >= 0x80 &&
-			 (unsigned char)c[1] <= 0x9f)
-			c[0] = c[1] = ' ';
-	if (!text_utf8_valid(line, (size_t)(end - line)))
-		goto out;
-	snprintf(out, outlen, "%s", line);
-	/* A cut line may end inside a UTF-8 sequence: drop its bytes (at most 3). */
-	for (size_t n = strlen(out); n > 0 && !text_utf8_valid(out, n); n--)
-		out[n - 1] = '\0';
-out:
-	buf_free(&raw);
-	buf_free(&text);
-}
-
 static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out)
 {
 	struct dsb *b = dsb_of(sb);
@@ -403,10 +365,14 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 {
 	struct dsb *b = dsb_of(sb);
 
-	/* Removal runs even after a cancel: lift the flag for these requests. */
+	/* Removal runs even after a cancel: lift the flag for these requests.
+	 * Closing the channel first ends the agent (its stdin closes). */
 	nbrun__docker_set_cancel(b->docker, NULL);
+	if (sb->conn) {
+		sb->conn->close(sb->conn);
+		sb->conn = NULL;
+	}
 	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container);
-	dsb_delete(b, "volumes", b->vol_app, "force=1", &b->have_vol_app);
 	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data);
 }
 
@@ -415,12 +381,11 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.name = "docker",
 	.open = dsb_open,
 	.gc = dsb_gc,
+	.resolve_image = dsb_resolve_image,
 	.create = dsb_create,
 	.start = dsb_start,
 	.put_archive = dsb_put_archive,
 	.get_archive = dsb_get_archive,
-	.wait_line = dsb_wait_line,
-	.last_error_line = dsb_last_error_line,
 	.state = dsb_state,
 	.destroy = dsb_destroy,
 	.free = dsb_free,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Sandboxes: what every backend shares (identity, binding, release). */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,54 @@ void nbrun__sandbox_bind(struct nbrun__sandbox *sb, struct nbrun_ctx *ctx,
 {
 	sb->ctx = ctx;
 	sb->cancel = cancel;
+	sb->ch.ctx = ctx;
+	sb->ch.cancel = cancel;
+}
+
+int nbrun__sandbox_wait_ready(struct nbrun__sandbox *sb, uint64_t deadline_ms)
+{
+	while (!sb->ready) {
+		json_t *msg = NULL;
+		const char *type;
+		int rc = nbrun__chan_recv(&sb->ch, &msg, deadline_ms);
+
+		if (rc == 2)
+			return nbrun__err(sb->ctx, NBRUN_EENGINE, "the sandbox's kernel did not start in time");
+		if (rc == 0)
+			return nbrun__err(sb->ctx, NBRUN_EENGINE, "the sandbox ended before its kernel started: %.200s",
+					  sb->conn->err_tail);
+		if (rc < 0)
+			return rc;
+		type = json_string_value(json_object_get(msg, "type"));
+		if (!strcmp(type, "hello") &&
+		    json_integer_value(json_object_get(msg, "protocol")) != NBRUN__CHAN_PROTOCOL)
+			rc = nbrun__err(sb->ctx, NBRUN_ENOIMAGE,
+					"the image speaks sandbox protocol %" JSON_INTEGER_FORMAT
+					", this nbrun %d: use an image of the same release (scripts/setup)",
+					json_integer_value(json_object_get(msg, "protocol")),
+					NBRUN__CHAN_PROTOCOL);
+		else if (!strcmp(type, "error"))
+			rc = nbrun__err(sb->ctx, NBRUN_EENGINE, "the sandbox failed to start: %.200s",
+					json_string_value(json_object_get(msg, "message")) ?: "");
+		sb->ready = !strcmp(type, "ready");
+		if (rc == 0)
+			rc = nbrun__chan_recv_blob(&sb->ch, NULL, -1, 0, deadline_ms);
+		json_decref(msg);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+bool nbrun__sandbox_idle(struct nbrun__sandbox *sb)
+{
+	struct pollfd p = { sb->conn ? sb->conn->fd : -1, POLLIN, 0 };
+
+	if (!sb->conn || sb->ch.broken)
+		return false;
+	if (sb->ch.rlen > sb->ch.roff || sb->conn->pending(sb->conn))
+		return false;
+	return poll(&p, 1, 0) == 0;
 }
 
 void nbrun__sandbox_free(struct nbrun__sandbox *sb)
