@@ -61,9 +61,10 @@ static void serve_help(void)
 	       "  --max-runs N          runs executing at once; more get 503 (default 2 x cores)\n"
 	       "  --keep N              finished runs kept under STATE/runs (default %d)\n"
 	       "  --retention DURATION  how long a finished run is kept (default 1h)\n"
-	       "  --pool N              pool size (warm sandboxes; 0 = every run cold). Accepted and\n"
-	       "                        reported in /v1/health; the warm pool is not built yet, so\n"
-	       "                        every run is cold whatever N is (default 0)\n"
+	       "  --pool N              warm sandboxes kept started, kernel up and numpy, pandas\n"
+	       "                        and matplotlib imported; each serves one run and is then\n"
+	       "                        destroyed. A run with other limits or an env is cold.\n"
+	       "                        0: every run cold (default 2)\n"
 	       "  -h, --help            this text\n"
 	       "Run defaults and limits (a request may lower the timeout, not raise it; -e\n"
 	       "variables go to every run, a request's env wins on the same name):\n"
@@ -438,6 +439,29 @@ static void serve_wait_idle(struct serve *s, uint64_t ms)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* The warm pool: the server's run limits, no environment (a sandbox starts before its run). */
+static int serve_start_pool(struct serve *s)
+{
+	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
+	struct nbrun_run_options ro = s->opts;
+	struct nbrun_ctx *ctx = NULL;
+	int rc;
+
+	if (nbrun_ctx_new(&ctx) < 0) {
+		cli_error("out of memory");
+		return -1;
+	}
+	ro.env = NULL;
+	ro.env_count = 0;
+	po.size = s->pool_size;
+	po.run = &ro;
+	rc = nbrun_pool_new(&s->pool, ctx, &po);
+	if (rc < 0)
+		cli_error("cannot start the warm pool: %s", nbrun_ctx_errmsg(ctx));
+	nbrun_ctx_free(ctx);
+	return rc < 0 ? -1 : 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
 	enum {
@@ -473,6 +497,7 @@ int cmd_serve(int argc, char **argv)
 	s.runs_fd = -1;
 	s.stopping = &serve_stopping;
 	s.max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
+	s.pool_size = 2;
 	s.keep_runs = SERVE_DEFAULT_KEEP;
 	s.retention_ms = SERVE_DEFAULT_RETENTION_MS;
 	pthread_mutex_init(&s.lock, NULL);
@@ -496,8 +521,8 @@ int cmd_serve(int argc, char **argv)
 		case OPT_POOL:
 			if (!strcmp(optarg, "0"))
 				n = 0;
-			else if (cli_parse_count(&n, optarg) < 0 || n > 1024) {
-				cli_usage_error("serve", "--pool: '%s' is not a whole number from 0 to 1024", optarg);
+			else if (cli_parse_count(&n, optarg) < 0 || n > 64) {
+				cli_usage_error("serve", "--pool: '%s' is not a whole number from 0 to 64", optarg);
 				goto out;
 			}
 			s.pool_size = (unsigned int)n;
@@ -572,6 +597,10 @@ int cmd_serve(int argc, char **argv)
 	if (serve_open_state(&s, state_dir) < 0 || (!token_file && serve_make_token(&s) < 0))
 		goto out;
 	serve_janitor(&s, true);
+	if (s.pool_size && serve_start_pool(&s) < 0) {
+		ret = CLI_EXIT_ENGINE;
+		goto out;
+	}
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = serve_on_signal;
@@ -584,7 +613,7 @@ int cmd_serve(int argc, char **argv)
 	fd = -1;
 	if (!http)
 		goto out;
-	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool %u (every run cold for now)\n",
+	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool of %u warm sandboxes\n",
 		s.state_dir, s.max_runs, s.pool_size);
 	last_janitor = clock_mono_ms();
 	while (!serve_stopping) {
@@ -619,6 +648,8 @@ int cmd_serve(int argc, char **argv)
 	ret = CLI_EXIT_OK;
 out:
 	serve_http_stop(http);
+	/* Every warm sandbox is removed before the server exits. */
+	nbrun_pool_free(s.pool);
 	if (fd >= 0)
 		close(fd);
 	if (socket_made)

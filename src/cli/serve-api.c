@@ -717,16 +717,26 @@ out:
 
 void serve_api_health(struct serve_reply *reply, struct serve *s)
 {
+	struct nbrun_pool_stats ps = { s->pool_size, 0, 0, 0, 0, 0 };
+	char why[256] = "";
 	unsigned int active;
 	bool stopping = *s->stopping;
 
 	pthread_mutex_lock(&s->lock);
 	active = s->runs_active;
 	pthread_mutex_unlock(&s->lock);
+	if (s->pool) {
+		nbrun_pool_stats(&ps, s->pool);
+		nbrun_pool_last_error(why, sizeof(why), s->pool);
+	}
 	reply->status = 200;
-	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I}, s:I}", "status", stopping ? "stopping" : "ok",
-				"version", nbrun_version(), "pool", "size", (json_int_t)s->pool_size,
-				"ready", (json_int_t)0, "runs_active", (json_int_t)active);
+	/* The pool's last start failure says what is wrong with the engine or
+	 * image; it holds no secret. */
+	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s?}, s:I}",
+				"status", stopping ? "stopping" : "ok", "version", nbrun_version(),
+				"pool", "size", (json_int_t)ps.size, "ready", (json_int_t)ps.ready,
+				"starting", (json_int_t)ps.starting, "last_error", why[0] ? why : NULL,
+				"runs_active", (json_int_t)active);
 }
 
 char *serve_api_metrics(struct serve *s)
@@ -735,6 +745,7 @@ char *serve_api_metrics(struct serve *s)
 							    "failed", "aborted" };
 	const double *le = serve_buckets();
 	struct serve_metrics m;
+	struct nbrun_pool_stats ps = { 0, 0, 0, 0, 0, 0 };
 	struct buf b = BUF_INIT(64 * 1024);
 	unsigned int active;
 	uint64_t cum = 0;
@@ -743,6 +754,8 @@ char *serve_api_metrics(struct serve *s)
 	m = s->m;
 	active = s->runs_active;
 	pthread_mutex_unlock(&s->lock);
+	if (s->pool)
+		nbrun_pool_stats(&ps, s->pool);
 
 	buf_puts(&b, "# HELP nbrun_runs_total Runs finished, by status (aborted: no result, e.g. engine down or cancelled).\n"
 		     "# TYPE nbrun_runs_total counter\n");
@@ -755,9 +768,16 @@ char *serve_api_metrics(struct serve *s)
 		       "# HELP nbrun_pool_misses_total Runs that started a cold sandbox.\n"
 		       "# TYPE nbrun_pool_misses_total counter\n"
 		       "nbrun_pool_misses_total %llu\n"
+		       "# HELP nbrun_pool_ready Warm sandboxes waiting for a run.\n"
+		       "# TYPE nbrun_pool_ready gauge\n"
+		       "nbrun_pool_ready %u\n"
+		       "# HELP nbrun_pool_start_failures_total Sandboxes of the pool that failed to start.\n"
+		       "# TYPE nbrun_pool_start_failures_total counter\n"
+		       "nbrun_pool_start_failures_total %llu\n"
 		       "# HELP nbrun_run_duration_seconds Time to execute a run, end to end in the server.\n"
 		       "# TYPE nbrun_run_duration_seconds histogram\n",
-		   (unsigned long long)m.pool_hits, (unsigned long long)m.pool_misses);
+		   (unsigned long long)ps.hits, (unsigned long long)ps.misses, ps.ready,
+		   (unsigned long long)ps.failures);
 	for (size_t i = 0; i < SERVE_BUCKETS; i++) {
 		cum += m.buckets[i];
 		buf_printf(&b, "nbrun_run_duration_seconds_bucket{le=\"%g\"} %llu\n", le[i],

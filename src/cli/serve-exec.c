@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* nbrun serve: the one place a run is executed (cold now; a warm pool plugs in via s->pool). */
+/* nbrun serve: the one place a run is executed, from the warm pool when there is one. */
 #include <stdlib.h>
 
 #include "clock.h"
@@ -8,8 +8,7 @@
 static const double serve_bucket_le[SERVE_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 						       5,    10,  30,   60,  120, 300 };
 
-static void serve_count(struct serve *s, int rc, const struct nbrun_result *res, bool warm,
-			uint64_t ms)
+static void serve_count(struct serve *s, int rc, const struct nbrun_result *res, uint64_t ms)
 {
 	enum serve_outcome o = SERVE_OUT_ABORTED;
 	double secs = (double)ms / 1000.0;
@@ -18,10 +17,6 @@ static void serve_count(struct serve *s, int rc, const struct nbrun_result *res,
 		o = (enum serve_outcome)nbrun_result_status(res);
 	pthread_mutex_lock(&s->lock);
 	s->m.runs[o]++;
-	if (warm)
-		s->m.pool_hits++;
-	else
-		s->m.pool_misses++;
 	for (size_t i = 0; i < SERVE_BUCKETS; i++)
 		if (secs <= serve_bucket_le[i]) {
 			s->m.buckets[i]++;
@@ -40,13 +35,15 @@ const double *serve_buckets(void)
 int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
 		  const struct serve_request *req, const struct nbrun_run_options *opts)
 {
+	struct nbrun_run_options o = *opts;
 	char *injected = NULL;
 	size_t len = req->notebook_len;
 	uint64_t t0 = clock_mono_ms();
 	int rc;
 
 	*out = NULL;
-	/* s->pool is always NULL for now: every run is cold, a pool miss. */
+	o.pool = s->pool;
+	opts = &o;
 	if (req->notebook) {
 		if (req->params) {
 			rc = nbrun_notebook_inject_params(&injected, &len, ctx, req->notebook,
@@ -58,7 +55,7 @@ int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve
 	} else {
 		rc = nbrun_run_code(out, ctx, req->code, opts);
 	}
-	serve_count(s, rc, *out, false, clock_mono_ms() - t0);
+	serve_count(s, rc, *out, clock_mono_ms() - t0);
 out:
 	free(injected);
 	return rc;

@@ -44,7 +44,6 @@ enum serve_outcome {
 
 struct serve_metrics {
 	uint64_t runs[SERVE_OUT_COUNT];
-	uint64_t pool_hits, pool_misses;
 	uint64_t buckets[SERVE_BUCKETS]; /* cumulative counts are made when printing */
 	uint64_t duration_count;
 	double duration_sum;
@@ -57,16 +56,12 @@ struct serve {
 	char *runs_dir;                /* STATE/runs */
 	int runs_fd;                   /* open on runs_dir */
 	char token[SERVE_TOKEN_MAX + 1];
-	unsigned int pool_size;        /* configured; the pool itself is not there yet */
+	unsigned int pool_size;        /* warm sandboxes kept ready; 0: every run cold */
 	unsigned int max_runs;         /* runs executing at once; beyond: 503 */
 	unsigned int keep_runs;        /* stored runs kept */
 	uint64_t retention_ms;
-	/*
-	 * Where runs execute. NULL: every run is cold (nbrun_run_code and
-	 * nbrun_run_notebook). A warm pool plugs in here; serve_execute() is
-	 * the only place that looks at it.
-	 */
-	void *pool;
+	/* The warm pool (NULL: every run is cold); serve_execute() leases from it. */
+	struct nbrun_pool *pool;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
 	const volatile sig_atomic_t *stopping;
 

@@ -157,6 +157,8 @@ NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *c
 
 /* ---- run ----------------------------------------------------------------- */
 
+struct nbrun_pool;
+
 /** Progress events, for a caller that shows what is going on. */
 enum nbrun_phase {
 	NBRUN_PHASE_CONNECT,
@@ -194,13 +196,22 @@ struct nbrun_run_options {
 	void *payload;
 	/** When non-NULL and raised (non-zero), the run stops, cleans up and returns NBRUN_ECANCELLED. */
 	const volatile sig_atomic_t *cancel;
+	/**
+	 * A warm pool (nbrun_pool_new()) to lease a started sandbox from, or
+	 * NULL. A run whose image, limits and network are the pool's and that
+	 * sets no environment takes a warm sandbox when one is ready (a hit);
+	 * otherwise it starts a cold one (a miss), never failing for that.
+	 * Either way the sandbox serves this run only and is destroyed after
+	 * it (in the background).
+	 */
+	struct nbrun_pool *pool;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 1
+#define NBRUN_RUN_OPTIONS_VERSION 2
 #define NBRUN_RUN_OPTIONS_INIT                                                                   \
 	{                                                                                        \
 		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
 			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL                                                               \
+			NULL, NULL, NULL                                                         \
 	}
 
 /**
@@ -247,6 +258,70 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struct nbrun_ctx *ctx,
 					      const char *notebook, size_t len,
 					      const char *params);
+
+/* ---- warm pool ------------------------------------------------------------- */
+
+/**
+ * A pool of sandboxes created, started and with their kernel booted (and
+ * the data stack imported) before any run needs them. A run leases one
+ * through nbrun_run_options.pool; each sandbox serves exactly one run and
+ * is destroyed afterwards, never reused, so no run sees another's
+ * container. Background threads refill the pool and remove used
+ * sandboxes. Pool containers carry the nbrun labels, so nbrun_gc() (and
+ * the next pool or run of this host) removes what a killed process left.
+ * The pool's functions may be called from any thread.
+ */
+struct nbrun_pool_options {
+	unsigned int version;
+	unsigned int size;    /**< sandboxes kept ready (1 to 64; default 2) */
+	/** Image, limits and network of every sandbox (NULL: the run defaults). */
+	const struct nbrun_run_options *run;
+	/** Modules imported in each kernel before it counts as ready; NULL or "" none. */
+	const char *preload;
+};
+#define NBRUN_POOL_OPTIONS_VERSION 1
+#define NBRUN_POOL_OPTIONS_INIT { NBRUN_POOL_OPTIONS_VERSION, 2, NULL, "numpy,pandas,matplotlib.pyplot" }
+
+/**
+ * Create a pool and start filling it in the background.
+ * @param out   receives the pool; nbrun_pool_free()
+ * @param opts  size, sandbox limits, preload (copied)
+ * @return 0; NBRUN_EINVAL (bad options), NBRUN_EENGINE (no engine),
+ *         NBRUN_ENOIMAGE (the image is missing), NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
+				const struct nbrun_pool_options *opts);
+
+/**
+ * Stop refilling, destroy every sandbox of the pool (ready or being made)
+ * and wait for the removals. NULL is fine. Runs still holding a lease must
+ * have returned first.
+ */
+NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *pool);
+
+/** Counters of a pool, for health and metrics. */
+struct nbrun_pool_stats {
+	unsigned int size;     /**< the target */
+	unsigned int ready;    /**< sandboxes waiting for a run */
+	unsigned int starting; /**< sandboxes being made */
+	uint64_t hits;         /**< runs that took a ready sandbox */
+	uint64_t misses;       /**< runs that started a cold one (none ready, or other limits) */
+	uint64_t failures;     /**< sandboxes that failed to start */
+};
+
+/**
+ * Read the pool's counters.
+ * @param out  filled with a consistent snapshot
+ * @return 0, or NBRUN_EINVAL when pool is NULL
+ */
+NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_pool *pool);
+
+/**
+ * The last reason a sandbox of the pool failed to start ("" when none), for
+ * a health report. The text is copied into buf (NUL-terminated).
+ * @return 0, or NBRUN_EINVAL when pool or buf is NULL
+ */
+NBRUN_EXPORT int nbrun_pool_last_error(char *buf, size_t len, struct nbrun_pool *pool);
 
 /**
  * Remove containers and volumes left by earlier runs (for example after

@@ -20,8 +20,6 @@
 #include "path.h"
 #include "text.h"
 
-/* Time nbconvert needs around the cells: kernel start, reading, writing. */
-#define RUN_MARGIN_MS 4000
 #define RUN_IMAGE_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-"
 
 struct run {
@@ -33,6 +31,7 @@ struct run {
 	char *out_dir;          /* absolute */
 	int out_fd;
 	uint64_t t0_ms;
+	bool warm;              /* the sandbox came ready from a pool */
 };
 
 static void run_progress(struct run *r, enum nbrun_phase phase)
@@ -46,34 +45,32 @@ static bool run_cancelled(const struct run *r)
 	return r->opts->cancel && *r->opts->cancel;
 }
 
-/* The sandbox the options ask for; the cell timeout leaves nbconvert its margin. */
-static void run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o,
-			     const struct nbrun__limits *lim)
+static struct nbrun_pool *run_pool(const struct nbrun_run_options *o)
 {
-	uint64_t cell_ms = o->cell_timeout_ms;
+	return o->version >= 2 ? o->pool : NULL;
+}
 
-	if (!cell_ms)
-		cell_ms = o->timeout_ms > 2 * RUN_MARGIN_MS ? o->timeout_ms - RUN_MARGIN_MS
-							    : o->timeout_ms / 2;
+/* The sandbox the options ask for. */
+static void run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
+{
 	*s = (struct nbrun__sandbox_spec){
 		.image = o->image,
 		.memory_bytes = o->memory_bytes,
 		.nano_cpus = o->nano_cpus,
 		.pids = o->pids,
 		.disk_bytes = o->disk_bytes,
-		.app_bytes = lim->max_notebook_bytes * 2 + (16u << 20),
 		.network = !strcmp(o->network, "none") ? false : true,
 		.env = o->env,
 		.env_count = o->env_count,
-		.cell_timeout_s = cell_ms < 1000 ? 1 : (unsigned int)(cell_ms / 1000),
 	};
 }
 
 /* ---- options ---------------------------------------------------------------- */
 
-static int run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
+int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
 {
-	if (!o || o->version != NBRUN_RUN_OPTIONS_VERSION)
+	/* Version 1 lacks the pool, which run_pool() reads only from version 2. */
+	if (!o || o->version < 1 || o->version > NBRUN_RUN_OPTIONS_VERSION)
 		return nbrun__err(ctx, NBRUN_EINVAL, "run options missing or of another version");
 	if (o->timeout_ms == 0 || o->timeout_ms > 24ULL * 3600 * 1000)
 		return nbrun__err(ctx, NBRUN_EINVAL, "timeout must be between 1 ms and 24 h");
@@ -104,6 +101,10 @@ static int run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 			      (p > o->env[i] && *p >= '0' && *p <= '9')))
 				return nbrun__err(ctx, NBRUN_EINVAL, "environment name in '%s' is not valid",
 						  o->env[i]);
+		/* The engine takes JSON strings: a value that is not UTF-8 would be dropped. */
+		if (!text_utf8_valid(eq + 1, strlen(eq + 1)))
+			return nbrun__err(ctx, NBRUN_EINVAL, "environment value of '%.*s' is not UTF-8",
+					  (int)(eq - o->env[i]), o->env[i]);
 	}
 	return 0;
 }
@@ -170,6 +171,8 @@ static void run_finish_result(struct run *r)
 
 	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(clock_mono_ms() - r->t0_ms)));
 	json_object_set_new(doc, "out_dir", json_string(r->out_dir));
+	if (r->warm)
+		json_object_set_new(doc, "warm", json_true());
 	if (fstatat(r->out_fd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    asprintf(&nb_path, "%s/notebook.ipynb", r->out_dir) >= 0) {
 		json_object_set_new(doc, "notebook", json_string(nb_path));
@@ -177,19 +180,21 @@ static void run_finish_result(struct run *r)
 	}
 }
 
-static int run_execute(struct run *r, const char *notebook, size_t len)
+static int run_execute(struct run *r, json_t *nb, const char *notebook, size_t len)
 {
 	struct nbrun__sandbox_spec spec;
-	int rc;
+	int rc = 0;
 
-	run_sandbox_spec(&spec, r->opts, &r->job.lim);
-	r->sb->ops->gc(r->sb);
-	run_progress(r, NBRUN_PHASE_CREATE);
-	rc = r->sb->ops->create(r->sb, &spec);
+	if (!r->sb->conn) {
+		run_sandbox_spec(&spec, r->opts);
+		r->sb->ops->gc(r->sb);
+		run_progress(r, NBRUN_PHASE_CREATE);
+		rc = r->sb->ops->create(r->sb, &spec);
+		if (rc == 0)
+			rc = r->sb->ops->start(r->sb);
+	}
 	if (rc == 0)
-		rc = r->sb->ops->start(r->sb);
-	if (rc == 0)
-		rc = nbrun__job_run(&r->job, notebook, len);
+		rc = nbrun__job_run(&r->job, nb, notebook, len);
 	return rc;
 }
 /*
@@ -222,7 +227,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	r.opts = opts;
 	r.out_fd = -1;
 	r.t0_ms = clock_mono_ms();
-	rc = run_check_options(ctx, opts);
+	rc = nbrun__run_check_options(ctx, opts);
 	if (rc < 0)
 		return rc;
 	r.job.ctx = ctx;
@@ -243,7 +248,14 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 				(unsigned long long)r.job.lim.max_notebook_bytes);
 		goto out;
 	}
-	rc = nbrun__random_id(ctx, r.id);
+	/* A warm sandbox names the run; a cold one is made for it below. */
+	if (run_pool(opts))
+		r.sb = nbrun__pool_lease(run_pool(opts), ctx, opts);
+	r.warm = r.sb != NULL;
+	if (r.sb)
+		snprintf(r.id, sizeof(r.id), "%s", r.sb->id);
+	else
+		rc = nbrun__random_id(ctx, r.id);
 	if (rc < 0)
 		goto out;
 	rc = run_open_out_dir(&r);
@@ -254,18 +266,26 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	rc = nbrun__result_new(&r.job.result, r.id);
 	if (rc < 0)
 		goto out;
-	run_progress(&r, NBRUN_PHASE_CONNECT);
-	rc = nbrun__sandbox_new(&r.sb, ctx, &nbrun__sandbox_docker, r.id);
-	if (rc < 0)
-		goto out;
-	nbrun__sandbox_bind(r.sb, ctx, opts->cancel);
+	if (!r.sb) {
+		run_progress(&r, NBRUN_PHASE_CONNECT);
+		rc = nbrun__sandbox_new(&r.sb, ctx, &nbrun__sandbox_docker, r.id);
+		if (rc < 0)
+			goto out;
+		nbrun__sandbox_bind(r.sb, ctx, opts->cancel);
+	}
 	r.job.sb = r.sb;
 
-	rc = run_execute(&r, text, strlen(text));
+	rc = run_execute(&r, nb, text, strlen(text));
 	if (rc == 0 && run_cancelled(&r))
 		rc = nbrun__err(ctx, NBRUN_ECANCELLED, "interrupted");
 	run_progress(&r, NBRUN_PHASE_CLEANUP);
-	r.sb->ops->destroy(r.sb);
+	if (run_pool(opts)) {
+		/* Removed by the pool's reaper, off the caller's path. */
+		nbrun__pool_discard(run_pool(opts), r.sb);
+		r.sb = NULL;
+	} else {
+		r.sb->ops->destroy(r.sb);
+	}
 	if (rc < 0)
 		goto out;
 	run_finish_result(&r);

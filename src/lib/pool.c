@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The warm pool: sandboxes created, started and with their kernel ready
+ * before a run needs them. A filler thread keeps `size` of them ready; a
+ * reaper thread removes used ones, off the runs' critical path. A sandbox
+ * serves one run and is never handed to another.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "nbrun-private.h"
+
+#define POOL_MAX_SIZE 64
+/* A sandbox whose kernel is not ready by then is given up. */
+#define POOL_READY_TIMEOUT_MS 60000
+/* Back-off after a failed start, doubling up to the maximum. */
+#define POOL_BACKOFF_MIN_MS 500
+#define POOL_BACKOFF_MAX_MS 30000
+
+struct pool_item {
+	struct nbrun__sandbox *sb;
+	struct pool_item *next;
+};
+
+struct nbrun_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;          /* filler: room or stop; reaper: work or stop */
+	bool stop;
+	unsigned int size;
+	struct nbrun_run_options run; /* the sandboxes' limits (strings copied below) */
+	char *image, *network, *preload;
+	struct nbrun__sandbox_spec spec;
+	struct pool_item *ready;      /* LIFO: the newest is the warmest */
+	unsigned int n_ready, n_starting;
+	struct pool_item *dead;       /* to remove */
+	bool reaper_busy;
+	uint64_t hits, misses, failures;
+	char last_error[256];
+	pthread_t filler, reaper;
+	bool have_filler, have_reaper;
+};
+
+static void pool_spec(struct nbrun_pool *p)
+{
+	p->spec = (struct nbrun__sandbox_spec){
+		.image = p->image,
+		.memory_bytes = p->run.memory_bytes,
+		.nano_cpus = p->run.nano_cpus,
+		.pids = p->run.pids,
+		.disk_bytes = p->run.disk_bytes,
+		.network = strcmp(p->network, "none") != 0,
+		.preload = p->preload,
+	};
+}
+
+/* Make one ready sandbox; NULL with the reason in ctx. */
+static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *ctx)
+{
+	struct nbrun__sandbox *sb = NULL;
+	int rc;
+
+	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
+	if (rc == 0)
+		rc = sb->ops->create(sb, &p->spec);
+	if (rc == 0)
+		rc = sb->ops->start(sb);
+	if (rc == 0)
+		rc = nbrun__sandbox_wait_ready(sb, clock_mono_ms() + POOL_READY_TIMEOUT_MS);
+	if (rc < 0) {
+		nbrun__sandbox_free(sb);
+		return NULL;
+	}
+	return sb;
+}
+
+static void pool_sleep_ms(struct nbrun_pool *p, unsigned int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&p->cond, &p->mu, &ts);
+}
+
+static void *pool_filler(void *arg)
+{
+	struct nbrun_pool *p = arg;
+	struct nbrun_ctx *ctx = NULL;
+	unsigned int backoff = 0;
+
+	if (nbrun_ctx_new(&ctx) < 0)
+		return NULL;
+	pthread_mutex_lock(&p->mu);
+	while (!p->stop) {
+		struct nbrun__sandbox *sb;
+
+		if (p->n_ready + p->n_starting >= p->size) {
+			pthread_cond_wait(&p->cond, &p->mu);
+			continue;
+		}
+		p->n_starting++;
+		pthread_mutex_unlock(&p->mu);
+		sb = pool_make(p, ctx);
+		pthread_mutex_lock(&p->mu);
+		p->n_starting--;
+		if (!sb) {
+			p->failures++;
+			snprintf(p->last_error, sizeof(p->last_error), "%s", nbrun_ctx_errmsg(ctx));
+			backoff = backoff ? backoff * 2 : POOL_BACKOFF_MIN_MS;
+			if (backoff > POOL_BACKOFF_MAX_MS)
+				backoff = POOL_BACKOFF_MAX_MS;
+			if (!p->stop)
+				pool_sleep_ms(p, backoff);
+			continue;
+		}
+		backoff = 0;
+		p->last_error[0] = '\0';
+		{
+			struct pool_item *it = malloc(sizeof(*it));
+			if (!it || p->stop) {
+				free(it);
+				pthread_mutex_unlock(&p->mu);
+				nbrun__sandbox_free(sb);
+				pthread_mutex_lock(&p->mu);
+				continue;
+			}
+			it->sb = sb;
+			it->next = p->ready;
+			p->ready = it;
+			p->n_ready++;
+		}
+		pthread_cond_broadcast(&p->cond);
+	}
+	pthread_mutex_unlock(&p->mu);
+	nbrun_ctx_free(ctx);
+	return NULL;
+}
+
+static void *pool_reaper(void *arg)
+{
+	struct nbrun_pool *p = arg;
+	struct nbrun_ctx *ctx = NULL;
+
+	if (nbrun_ctx_new(&ctx) < 0)
+		return NULL;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		struct pool_item *it = p->dead;
+
+		if (!it) {
+			if (p->stop)
+				break;
+			pthread_cond_wait(&p->cond, &p->mu);
+			continue;
+		}
+		p->dead = it->next;
+		p->reaper_busy = true;
+		pthread_mutex_unlock(&p->mu);
+		nbrun__sandbox_bind(it->sb, ctx, NULL);
+		nbrun__sandbox_free(it->sb);
+		free(it);
+		pthread_mutex_lock(&p->mu);
+		p->reaper_busy = false;
+		pthread_cond_broadcast(&p->cond);
+	}
+	pthread_mutex_unlock(&p->mu);
+	nbrun_ctx_free(ctx);
+	return NULL;
+}
+
+static bool pool_str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* A run that the pool's sandboxes fit: the same image, limits and network, no environment. */
+static bool pool_fits(const struct nbrun_pool *p, const struct nbrun_run_options *o)
+{
+	return pool_str_eq(p->image, o->image) && p->run.memory_bytes == o->memory_bytes &&
+	       p->run.nano_cpus == o->nano_cpus && p->run.pids == o->pids &&
+	       p->run.disk_bytes == o->disk_bytes && pool_str_eq(p->network, o->network) &&
+	       o->env_count == 0;
+}
+
+struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
+					 const struct nbrun_run_options *o)
+{
+	struct nbrun__sandbox *sb = NULL;
+
+	pthread_mutex_lock(&p->mu);
+	if (pool_fits(p, o)) {
+		while (p->ready && !sb) {
+			struct pool_item *it = p->ready;
+			p->ready = it->next;
+			p->n_ready--;
+			/* A ready agent says nothing unasked: anything else (an
+			 * engine restart, a dead agent) sends it to the reaper. */
+			if (nbrun__sandbox_idle(it->sb)) {
+				sb = it->sb;
+				free(it);
+			} else {
+				it->next = p->dead;
+				p->dead = it;
+			}
+		}
+	}
+	if (sb)
+		p->hits++;
+	else
+		p->misses++;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+	if (sb)
+		nbrun__sandbox_bind(sb, ctx, o->cancel);
+	return sb;
+}
+
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb)
+{
+	struct pool_item *it;
+
+	if (!sb)
+		return;
+	it = malloc(sizeof(*it));
+	if (!it) {
+		nbrun__sandbox_free(sb); /* no memory for the queue: remove it here */
+		return;
+	}
+	/* The reaper's thread uses it from now on. */
+	nbrun__sandbox_bind(sb, NULL, NULL);
+	it->sb = sb;
+	pthread_mutex_lock(&p->mu);
+	it->next = p->dead;
+	p->dead = it;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static int pool_check(struct nbrun_ctx *ctx, const struct nbrun_pool_options *o)
+{
+	if (!o || o->version != NBRUN_POOL_OPTIONS_VERSION)
+		return nbrun__err(ctx, NBRUN_EINVAL, "pool options missing or of another version");
+	if (o->size < 1 || o->size > POOL_MAX_SIZE)
+		return nbrun__err(ctx, NBRUN_EINVAL, "pool size must be between 1 and %d", POOL_MAX_SIZE);
+	if (o->preload && strspn(o->preload, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,") !=
+			      strlen(o->preload))
+		return nbrun__err(ctx, NBRUN_EINVAL, "preload must be a comma-separated list of module names");
+	if (o->run && o->run->env_count)
+		return nbrun__err(ctx, NBRUN_EINVAL, "a pool's sandboxes take no environment");
+	return o->run ? nbrun__run_check_options(ctx, o->run) : 0;
+}
+
+NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
+				const struct nbrun_pool_options *opts)
+{
+	static const struct nbrun_run_options defaults = NBRUN_RUN_OPTIONS_INIT;
+	struct nbrun_pool *p;
+	struct nbrun__sandbox *probe = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = pool_check(ctx, opts);
+	if (rc < 0)
+		return rc;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->size = opts->size;
+	p->run = opts->run ? *opts->run : defaults;
+	p->image = p->run.image ? strdup(p->run.image) : NULL;
+	p->network = strdup(p->run.network);
+	p->preload = opts->preload && *opts->preload ? strdup(opts->preload) : NULL;
+	if ((p->run.image && !p->image) || !p->network ||
+	    (opts->preload && *opts->preload && !p->preload)) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	p->run.image = p->image;
+	p->run.network = p->network;
+	pool_spec(p);
+	/* Fail now, clearly, when there is no engine or no image; and remove
+	 * what killed processes of this host left behind. */
+	rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);
+	if (rc == 0) {
+		probe->ops->gc(probe);
+		rc = probe->ops->resolve_image(probe, p->image);
+	}
+	if (rc == 0 && !p->image) {
+		/* The default resolved to a tag: every sandbox uses that one. */
+		p->image = probe->image;
+		probe->image = NULL;
+		p->run.image = NULL; /* runs asking for the default still fit */
+		p->spec.image = p->image;
+	}
+	nbrun__sandbox_free(probe);
+	if (rc < 0)
+		goto fail;
+	if (pthread_create(&p->reaper, NULL, pool_reaper, p) != 0) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "cannot start the pool's threads");
+		goto fail;
+	}
+	p->have_reaper = true;
+	if (pthread_create(&p->filler, NULL, pool_filler, p) != 0) {
+		rc = nbrun__err(ctx, NBRUN_ENOMEM, "cannot start the pool's threads");
+		goto fail;
+	}
+	p->have_filler = true;
+	*out = p;
+	return 0;
+fail:
+	nbrun_pool_free(p);
+	return rc;
+}
+
+NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+	if (p->have_filler)
+		pthread_join(p->filler, NULL);
+	/* The filler is gone: hand what is ready to the reaper, then wait. */
+	pthread_mutex_lock(&p->mu);
+	while (p->ready) {
+		struct pool_item *it = p->ready;
+		p->ready = it->next;
+		it->next = p->dead;
+		p->dead = it;
+	}
+	p->n_ready = 0;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+	if (p->have_reaper)
+		pthread_join(p->reaper, NULL);
+	/* The reaper may have stopped before the last ones were queued. */
+	if (p->dead) {
+		struct nbrun_ctx *ctx = NULL;
+		nbrun_ctx_new(&ctx);
+		while (p->dead) {
+			struct pool_item *it = p->dead;
+			p->dead = it->next;
+			nbrun__sandbox_bind(it->sb, ctx, NULL);
+			nbrun__sandbox_free(it->sb);
+			free(it);
+		}
+		nbrun_ctx_free(ctx);
+	}
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->mu);
+	free(p->image);
+	free(p->network);
+	free(p->preload);
+	free(p);
+}
+
+NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_pool *p)
+{
+	if (!out || !p)
+		return NBRUN_EINVAL;
+	pthread_mutex_lock(&p->mu);
+	*out = (struct nbrun_pool_stats){ p->size, p->n_ready, p->n_starting, p->hits, p->misses,
+					  p->failures };
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+NBRUN_EXPORT int nbrun_pool_last_error(char *buf, size_t len, struct nbrun_pool *p)
+{
+	if (!buf || !len || !p)
+		return NBRUN_EINVAL;
+	pthread_mutex_lock(&p->mu);
+	snprintf(buf, len, "%s", p->last_error);
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
