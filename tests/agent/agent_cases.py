@@ -293,6 +293,9 @@ def case_execute():
     cs = cells_of(events)
     check(len(cs) == 1 and cs[0][0]["status"] == "error" and done["status"] == "error",
           "stop_on_error %r %r" % ([m for m, _ in cs], done))
+    # widgets of the ipywidgets the image has (an older protocol) do not end the run
+    events, done, _ = a.execute(["import ipywidgets\nipywidgets.IntSlider(3)"], rid="w1")
+    check(done["status"] == "ok" and cells_of(events)[0][0]["status"] == "ok", "widget %r" % done)
     # the kernel is still there: state kept between executes
     events, done, _ = a.execute(["print(x)"], rid="e3")
     check(done["status"] == "ok" and text(cells_of(events)[0][1]) == "40\n", "state %r" % done)
@@ -316,8 +319,16 @@ def case_stream():
     # without stream: no output messages
     events, _, _ = a.execute(["print(1)"], rid="x2")
     check(all(m["type"] == "cell" for _, m, _ in events), "stream off %r" % events)
+    # an output over 1 MiB: omitted from its output message, whole in the cell
+    events, done, _ = a.execute(["print('x' * 3_000_000)"], rid="x3", stream=True)
+    outs = [m["output"] for _, m, _ in events if m["type"] == "output"]
+    cs = cells_of(events)
+    check(outs and outs[0].get("omitted", 0) > 3_000_000 and outs[0]["output_type"] == "stream",
+          "omitted %r" % outs)
+    check(len(text(cs[0][1])) == 3_000_001 and done["status"] == "ok", "the whole cell")
     a.close()
-    return "first output %.2f s before its cell message; none without stream" % lead
+    return "first output %.2f s before its cell message; none without stream; a 3 MB output " \
+           "omitted from its output message and whole in the cell" % lead
 
 
 def case_put_fetch():
@@ -393,9 +404,20 @@ def case_cell_timeout():
     check(2 <= cs[0][0]["duration_ms"] / 1000 < 10, "duration %r" % cs[0][0])
     check(text(cs[1][1]) == "next\n", "the next cell runs %r" % cs[1][1])
     check(done["status"] == "timeout" and "timeout" in done["message"], "done %r" % done)
+    first = cs[0][0]["duration_ms"] / 1000
+    # a cell that ignores the interrupt: killed one more timeout later
+    events, done, _ = a.execute(["import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                 "print('stubborn', flush=True)\ntime.sleep(30)", "print('never')"],
+                                rid="x2", cell_timeout=2)
+    cs = cells_of(events)
+    check(len(cs) == 1 and cs[0][0]["status"] == "timeout" and text(cs[0][1]) == "stubborn\n"
+          and 4 <= cs[0][0]["duration_ms"] / 1000 < 10, "stubborn cell %r" % [m for m, _ in cs])
+    check(done["status"] == "timeout" and "killed" in done["message"], "done %r" % done)
+    events, done, _ = a.execute(["print(1)"], rid="x3")
+    check(done["status"] == "dead" and "killed" in done["message"] and not events, "after %r" % done)
     a.close()
-    return "cell interrupted after %.1f s: status timeout, nbrun.timed_out, next cell ran" % (
-        cs[0][0]["duration_ms"] / 1000)
+    return "cell interrupted after %.1f s: status timeout, nbrun.timed_out, next cell ran; " \
+           "SIGINT ignored: killed after %.1f s, later executes dead" % (first, cs[0][0]["duration_ms"] / 1000)
 
 
 def case_kernel_dead():
