@@ -551,6 +551,21 @@ attempt("kill_init", lambda: os.kill(1, signal.SIGTERM))
 attempt("environ1", lambda: open("/proc/1/environ", "rb").read())
 attempt("agent_mem", lambda: open("/proc/%d/mem" % agent, "rb").read(1))
 attempt("setuid0", lambda: os.setuid(0))
+attempt("agent_environ", lambda: open("/proc/%d/environ" % agent, "rb").read())
+# every thread of the agent, the signaller (effective uid 1000) included
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def tgkill(tid):
+    if libc.syscall(234, agent, tid, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+tids = sorted(int(t) for t in os.listdir("/proc/%d/task" % agent))
+res["threads"] = len(tids)
+res["signaller"] = [t for t in tids if open("/proc/%d/task/%d/status" % (agent, t)).read()
+                    .split("Uid:")[1].split()[:3] == ["0", "1000", "0"]]
+for tid in tids:
+    attempt("task%d_fd" % tid, lambda: write("/proc/%d/task/%d/fd/1" % (agent, tid)))
+    attempt("task%d_kill" % tid, lambda: tgkill(tid))
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
 res["status"] = {k: status[k].split() for k in ("Uid", "Gid", "Groups", "CapBnd", "CapEff", "CapPrm",
                                                  "NoNewPrivs")}
@@ -568,7 +583,7 @@ def case_forgery():
     res = json.loads(out[out.index('{"agent"'):])
     check(res["agent"] == hello["pid"], "agent pid %r vs hello %r" % (res["agent"], hello["pid"]))
     for name, got in res.items():
-        if name in ("agent", "status"):
+        if name in ("agent", "status", "threads", "signaller"):
             continue
         if name == "dev_stdout":
             # /dev/stdout is the kernel's own: what it writes is cell output,
@@ -588,7 +603,9 @@ def case_forgery():
     check(msg == {"type": "pong", "id": "p1"}, "after the attempts %r" % msg)
     check(not a.errors, "frame errors %r" % a.errors)
     a.close()
-    tried = len(res) - 2
+    check(res["threads"] >= 3 and len(res["signaller"]) == 1, "agent threads %r, signaller %r" % (
+        res["threads"], res["signaller"]))
+    tried = len(res) - 4
     return "%d attempts all EACCES/EPERM; kernel Uid 1000, CapBnd/CapEff 0, NoNewPrivs 1; only " \
            "genuine frames" % tried
 
@@ -619,7 +636,7 @@ def case_setup_refused():
               "%s: %r" % (what, msg))
         rc = a.wait()
         check(rc == 1, "%s: exit %r" % (what, rc))
-        seen.append("%s (%s)" % (what, msg["message"][:70]))
+        seen.append("%s (%s)" % (what, msg["message"][13:100]))
     return "error fatal instead of hello, exit 1: " + "; ".join(seen)
 
 
