@@ -203,14 +203,6 @@ int nbrun__docker_json(struct nbrun__docker *d, const char *method, const char *
 int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, uint64_t max_bytes,
 			   long timeout_ms);
 /*
- * Follow the container's stdout until a line starting with marker appears
- * (1; the rest of the line, NUL-terminated and cut to restlen, in rest), the
- * stream ends because the container stopped (0), or timeout_ms passes (2).
- * Negative on engine failure or cancel.
- */
-int nbrun__docker_wait_marker(struct nbrun__docker *d, const char *container, const char *marker,
-			      char *rest, size_t restlen, long timeout_ms);
-/*
  * Attach to a container's stdin, stdout and stderr (before it starts, so
  * nothing is missed): a hijacked connection handed over as a stream of its
  * stdout; its stderr is kept in err_tail. Close with conn->close().

@@ -43,9 +43,10 @@ enum mode {
 	MODE_JSON,        /* status + body */
 	MODE_HANG,        /* accept, read the request, never answer */
 	MODE_BIG,         /* 200 with a body over the 4 MiB reply cap */
-	MODE_LOGS_SPLIT,  /* frames; the marker line arrives in two writes */
-	MODE_LOGS_END,    /* frames without a marker, then the stream ends */
-	MODE_LOGS_HANG,   /* one frame, then nothing */
+	MODE_ATTACH_SPLIT,  /* 101, then a hello frame split across writes and engine frames */
+	MODE_ATTACH_END,    /* 101, then half a channel frame, then the stream ends */
+	MODE_ATTACH_HANG,   /* 101, then nothing */
+	MODE_ATTACH_BADMUX, /* 101, then an engine frame of stream 7 */
 	MODE_DOWNLOAD,    /* 200 with body_len bytes */
 };
 
@@ -132,15 +133,6 @@ static void respond(int fd, int status, const char *extra, const char *body, siz
 		send_all(fd, body, len);
 }
 
-/* Chunked transfer, like the engine's streaming endpoints. */
-static bool send_chunk(int fd, const void *data, size_t len)
-{
-	char h[32];
-
-	snprintf(h, sizeof(h), "%zx\r\n", len);
-	return send_str(fd, h) && send_all(fd, data, len) && send_str(fd, "\r\n");
-}
-
 /* A multiplexed-stream frame header: stream, 0, 0, 0, big-endian size. */
 static void frame_header(unsigned char h[8], int stream, size_t len)
 {
@@ -152,15 +144,6 @@ static void frame_header(unsigned char h[8], int stream, size_t len)
 	h[7] = (unsigned char)len;
 }
 
-static bool send_frame(int fd, int stream, const char *s)
-{
-	unsigned char buf[512];
-	size_t len = strlen(s);
-
-	frame_header(buf, stream, len);
-	memcpy(buf + 8, s, len);
-	return send_chunk(fd, buf, len + 8);
-}
 
 static void pause_ms(int ms)
 {
@@ -185,39 +168,65 @@ static void hang(int fd)
 	}
 }
 
-static const char LOGS_HDR[] = "HTTP/1.1 200 OK\r\n"
-			       "Content-Type: application/vnd.docker.multiplexed-stream\r\n"
-			       "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+static const char ATTACH_HDR[] = "HTTP/1.1 101 UPGRADED\r\n"
+				 "Content-Type: application/vnd.docker.raw-stream\r\n"
+				 "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
 
-static void serve_logs(int fd)
+/* One engine frame (stdout 1, stderr 2) holding data, written raw (no chunks). */
+static bool send_mux(int fd, int stream, const void *data, size_t len)
 {
 	unsigned char h[8];
-	static const char line[] = "NBRUN-DONE 0 3\n";
 
-	if (!send_str(fd, LOGS_HDR))
+	frame_header(h, stream, len);
+	return send_all(fd, h, 8) && send_all(fd, data, len);
+}
+
+/* A channel frame (PROTOCOL.md) into buf; returns its length. */
+static size_t chan_frame(unsigned char *buf, char kind, const char *payload)
+{
+	size_t len = strlen(payload);
+
+	nbrun__chan_header(buf, kind, (uint32_t)len);
+	memcpy(buf + 8, payload, len);
+	return len + 8;
+}
+
+static void serve_attach(int fd)
+{
+	unsigned char f[256], h[8];
+	size_t n;
+
+	if (!send_str(fd, ATTACH_HDR))
 		return;
 	switch (S.mode) {
-	case MODE_LOGS_SPLIT:
-		send_frame(fd, 1, "starting kernel\n");
-		pause_ms(30);
-		send_frame(fd, 1, "cell 1 done\n");
-		pause_ms(30);
-		/* One frame whose payload is written in two pieces, split inside the marker. */
-		frame_header(h, 1, sizeof(line) - 1);
-		send_chunk(fd, h, 8);
-		send_chunk(fd, line, 6); /* "NBRUN-" */
-		pause_ms(80);
-		send_chunk(fd, line + 6, sizeof(line) - 1 - 6);
-		hang(fd); /* the engine keeps following: the client must stop by itself */
-		break;
-	case MODE_LOGS_END:
-		send_frame(fd, 1, "starting kernel\n");
-		send_frame(fd, 1, "NBRUN-DONE"); /* no code, no newline: not a marker line */
+	case MODE_ATTACH_SPLIT:
+		send_mux(fd, 2, "agent: starting\n", 16);
 		pause_ms(20);
-		send_str(fd, "0\r\n\r\n");
+		n = chan_frame(f, 'J', "{\"type\":\"hello\",\"protocol\":1}");
+		/* An engine frame whose header comes in two writes, and whose
+		 * payload (the channel frame) in two more, split in its header. */
+		frame_header(h, 1, n);
+		send_all(fd, h, 3);
+		pause_ms(30);
+		send_all(fd, h + 3, 5);
+		send_all(fd, f, 5);
+		pause_ms(30);
+		send_all(fd, f + 5, n - 5);
+		send_mux(fd, 2, "agent: kernel up\n", 17);
+		hang(fd);
 		break;
-	default: /* MODE_LOGS_HANG */
-		send_frame(fd, 1, "starting kernel\n");
+	case MODE_ATTACH_END:
+		n = chan_frame(f, 'J', "{\"type\":\"hello\",\"protocol\":1}");
+		send_mux(fd, 1, f, n - 4);
+		pause_ms(20);
+		break;
+	case MODE_ATTACH_BADMUX:
+		frame_header(h, 7, 4);
+		send_all(fd, h, 8);
+		send_all(fd, "NB\x01J", 4);
+		hang(fd);
+		break;
+	default: /* MODE_ATTACH_HANG */
 		hang(fd);
 		break;
 	}
@@ -349,7 +358,7 @@ static void serve_one(int fd)
 		break;
 	}
 	default:
-		serve_logs(fd);
+		serve_attach(fd);
 		break;
 	}
 }
@@ -822,106 +831,123 @@ static void cancel_during_request(void **state)
 	nbrun__docker_free(d);
 }
 
-/* ---- logs ------------------------------------------------------------------------- */
+/* ---- attach: the live channel's transport ------------------------------------------------ */
 
-static void marker_split_across_writes(void **state)
+static struct nbrun__conn *attach_ok(struct nbrun_ctx *ctx, struct nbrun__docker *d)
+{
+	struct nbrun__conn *c = NULL;
+
+	assert_int_equal(nbrun__docker_attach(d, "abc", &c), 0);
+	assert_non_null(c);
+	return c;
+}
+
+/* Engine frames and channel frames split anywhere: the channel sees one hello; stderr is kept apart. */
+static void attach_split_frames(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__docker *d = connect_ok(&ctx);
-	char rest[64] = "junk";
-	int rc;
+	struct nbrun__conn *c;
+	struct nbrun__chan ch;
+	json_t *msg = NULL;
 	long t0 = now_ms();
 
-	S.mode = MODE_LOGS_SPLIT;
-	rc = nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 10000);
-	assert_int_equal(rc, 1);
-	assert_string_equal(rest, "0 3");
+	S.mode = MODE_ATTACH_SPLIT;
+	c = attach_ok(&ctx, d);
+	nbrun__chan_init(&ch, c, &ctx, NULL);
+	assert_int_equal(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 10000), 1);
+	assert_string_equal(json_string_value(json_object_get(msg, "type")), "hello");
+	assert_true(json_integer_value(json_object_get(msg, "protocol")) == 1);
+	json_decref(msg);
+	assert_int_equal(nbrun__chan_recv_blob(&ch, NULL, -1, 0, (uint64_t)now_ms() + 1000), 0);
+	/* Nothing more comes: the deadline, not a hang. */
+	assert_int_equal(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 300), 2);
+	assert_non_null(strstr(c->err_tail, "agent: starting"));
+	assert_non_null(strstr(c->err_tail, "agent: kernel up"));
 	assert_true(now_ms() - t0 < 5000);
-	assert_non_null(strstr(asked(1), "/containers/abc/logs?"));
-	assert_non_null(strstr(asked(1), "follow=1"));
+	assert_string_equal(asked(1), "POST /v1.41/containers/abc/attach?stream=1&stdin=1&stdout=1&stderr=1");
+	c->close(c);
 	nbrun__docker_free(d);
 }
 
-static void stream_ends_without_marker(void **state)
+/* The stream ends inside a channel frame: a violation, not a message. */
+static void attach_stream_ends_in_frame(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__docker *d = connect_ok(&ctx);
-	char rest[64] = "junk";
+	struct nbrun__conn *c;
+	struct nbrun__chan ch;
+	json_t *msg = NULL;
 
-	S.mode = MODE_LOGS_END;
-	assert_int_equal(nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 10000), 0);
-	assert_string_equal(rest, "");
+	S.mode = MODE_ATTACH_END;
+	c = attach_ok(&ctx, d);
+	nbrun__chan_init(&ch, c, &ctx, NULL);
+	assert_int_equal(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 10000), NBRUN_EPARSE);
+	assert_null(msg);
+	assert_non_null(strstr(ctx.errmsg, "sandbox protocol violation"));
+	/* Broken for good. */
+	assert_true(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 1000) < 0);
+	c->close(c);
 	nbrun__docker_free(d);
 }
 
-static void logs_time_out(void **state)
+/* An engine frame of a stream that does not exist breaks the channel. */
+static void attach_bad_engine_framing(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__docker *d = connect_ok(&ctx);
-	char rest[64] = "junk";
-	long t0 = now_ms();
+	struct nbrun__conn *c;
+	struct nbrun__chan ch;
+	json_t *msg = NULL;
 
-	S.mode = MODE_LOGS_HANG;
-	assert_int_equal(nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 600), 2);
-	assert_true(now_ms() - t0 < 4000);
+	S.mode = MODE_ATTACH_BADMUX;
+	c = attach_ok(&ctx, d);
+	nbrun__chan_init(&ch, c, &ctx, NULL);
+	assert_int_equal(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 5000), NBRUN_EPARSE);
+	assert_non_null(strstr(ctx.errmsg, "framing"));
+	c->close(c);
 	nbrun__docker_free(d);
 }
 
-static void cancel_during_wait(void **state)
+static void attach_cancelled(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__docker *d = connect_ok(&ctx);
+	struct nbrun__conn *c;
+	struct nbrun__chan ch;
+	json_t *msg = NULL;
 	pthread_t th;
-	char rest[64] = "junk";
-	int rc;
 	long t0;
 
-	S.mode = MODE_LOGS_HANG;
+	S.mode = MODE_ATTACH_HANG;
+	c = attach_ok(&ctx, d);
 	cancel_flag = 0;
-	nbrun__docker_set_cancel(d, &cancel_flag);
+	nbrun__chan_init(&ch, c, &ctx, &cancel_flag);
 	t0 = now_ms();
 	assert_int_equal(pthread_create(&th, NULL, raise_cancel, NULL), 0);
-	rc = nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 20000);
+	assert_int_equal(nbrun__chan_recv(&ch, &msg, (uint64_t)now_ms() + 20000), NBRUN_ECANCELLED);
 	pthread_join(th, NULL);
-	assert_int_equal(rc, NBRUN_ECANCELLED);
 	assert_true(now_ms() - t0 < 3000);
+	c->close(c);
 	nbrun__docker_free(d);
 }
 
-static void logs_engine_error(void **state)
+/* An engine that refuses the attach: a clear error, no connection. */
+static void attach_refused(void **state)
 {
 	struct nbrun_ctx ctx = { "" };
 	struct nbrun__docker *d = connect_ok(&ctx);
+	struct nbrun__conn *c = (void *)0x1;
 	static const char body[] = "{\"message\":\"No such container: abc\"}";
-	char rest[64] = "junk";
-	int rc;
 
 	S.mode = MODE_JSON;
 	S.status = 404;
 	S.body = body;
 	S.body_len = sizeof(body) - 1;
-	rc = nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 5000);
-	/* An error reply is not a stream that ended: it must not look like "container stopped"
-	 * with a marker, and a marker inside the error text must not count. */
-	assert_int_not_equal(rc, 1);
-	nbrun__docker_free(d);
-}
-
-/* The rest of the marker line is cut to the caller's buffer. */
-static void marker_rest_is_bounded(void **state)
-{
-	struct nbrun_ctx ctx = { "" };
-	struct nbrun__docker *d = connect_ok(&ctx);
-	static const char body[] = "noise\nNBRUN-DONE 12345678901234567890 99\nafter\n";
-	char rest[8];
-
-	S.mode = MODE_JSON;
-	S.status = 200;
-	S.body = body;
-	S.body_len = sizeof(body) - 1;
-	memset(rest, 'z', sizeof(rest));
-	assert_int_equal(nbrun__docker_wait_marker(d, "abc", "NBRUN-DONE ", rest, sizeof(rest), 5000), 1);
-	assert_string_equal(rest, "1234567");
+	assert_int_equal(nbrun__docker_attach(d, "abc", &c), NBRUN_ENOTFOUND);
+	assert_null(c);
+	assert_non_null(strstr(ctx.errmsg, "cannot attach"));
+	assert_non_null(strstr(ctx.errmsg, "404"));
 	nbrun__docker_free(d);
 }
 
@@ -1512,12 +1538,11 @@ int main(int argc, char **argv)
 		T(reply_buf_respects_its_cap),
 		T(server_never_answers),
 		T(cancel_during_request),
-		T(marker_split_across_writes),
-		T(stream_ends_without_marker),
-		T(logs_time_out),
-		T(cancel_during_wait),
-		T(logs_engine_error),
-		T(marker_rest_is_bounded),
+		T(attach_split_frames),
+		T(attach_stream_ends_in_frame),
+		T(attach_bad_engine_framing),
+		T(attach_cancelled),
+		T(attach_refused),
 		T(download_ok),
 		T(download_cut),
 		T(download_not_found),
