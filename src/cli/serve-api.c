@@ -732,7 +732,7 @@ void serve_api_health(struct serve_reply *reply, struct serve *s)
 	reply->status = 200;
 	/* The pool's last start failure says what is wrong with the engine or
 	 * image; it holds no secret. */
-	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s?}, s:I}",
+	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s*}, s:I}",
 				"status", stopping ? "stopping" : "ok", "version", nbrun_version(),
 				"pool", "size", (json_int_t)ps.size, "ready", (json_int_t)ps.ready,
 				"starting", (json_int_t)ps.starting, "last_error", why[0] ? why : NULL,

@@ -175,6 +175,15 @@ static void job_line(char *dst, size_t dstsz, const char *src)
 	}
 }
 
+/* Data the agent sent that does not parse is its violation, not a notebook's. */
+static int job_violation(struct nbrun__job *j, const char *what)
+{
+	char why[sizeof(j->ctx->errmsg)];
+
+	snprintf(why, sizeof(why), "%s", nbrun_ctx_errmsg(j->ctx));
+	return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: %s: %s", what, why);
+}
+
 /* An executed cell: it replaces the code cell at its index. */
 static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, struct job_end *e)
 {
@@ -196,6 +205,8 @@ static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 		rc = nbrun__notebook_piece_loadb(&cell, j->ctx, blob.data ? blob.data : "", blob.len,
 						 &e->values);
 	buf_free(&blob);
+	if (rc == NBRUN_EPARSE && strncmp(nbrun_ctx_errmsg(j->ctx), "sandbox protocol violation", 26))
+		rc = job_violation(j, "an executed cell");
 	if (rc != 0)
 		return rc;
 	if (!json_is_object(cell) ||
@@ -221,6 +232,8 @@ static int job_take_done(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 	if (rc == 0 && blob.len)
 		rc = nbrun__notebook_piece_loadb(&meta, j->ctx, blob.data, blob.len, &e->values);
 	buf_free(&blob);
+	if (rc == NBRUN_EPARSE && strncmp(nbrun_ctx_errmsg(j->ctx), "sandbox protocol violation", 26))
+		rc = job_violation(j, "the notebook's metadata");
 	if (rc != 0)
 		return rc;
 	/* The kernel's language_info and widget state, as nbconvert keeps them. */
@@ -258,6 +271,7 @@ static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 		if (rc < 0)
 			return rc == NBRUN_ECANCELLED ? rc : (e->ended = true, 0);
 		type = json_string_value(json_object_get(msg, "type"));
+		rc = 0;
 		if (!strcmp(type, "hello") &&
 		    json_integer_value(json_object_get(msg, "protocol")) != NBRUN__CHAN_PROTOCOL) {
 			snprintf(e->message, sizeof(e->message),
@@ -450,7 +464,7 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 	}
 	/* Files after the notebook: the parser fills the document's other lists. */
 	job_progress(j, NBRUN_PHASE_DOWNLOAD);
-	rc = job_export_files(j, e.done);
+	rc = job_export_files(j, e.done && !e.violation);
 	if (rc == NBRUN_ECANCELLED)
 		return rc;
 	if (rc < 0 && !nbrun_result_message(j->result))

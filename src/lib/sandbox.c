@@ -72,6 +72,7 @@ int nbrun__sandbox_wait_ready(struct nbrun__sandbox *sb, uint64_t deadline_ms)
 					  sb->conn->err_tail);
 		if (rc < 0)
 			return rc;
+		rc = 0;
 		type = json_string_value(json_object_get(msg, "type"));
 		if (!strcmp(type, "hello") &&
 		    json_integer_value(json_object_get(msg, "protocol")) != NBRUN__CHAN_PROTOCOL)
@@ -85,7 +86,7 @@ int nbrun__sandbox_wait_ready(struct nbrun__sandbox *sb, uint64_t deadline_ms)
 					json_string_value(json_object_get(msg, "message")) ?: "");
 		sb->ready = !strcmp(type, "ready");
 		if (rc == 0)
-			rc = nbrun__chan_recv_blob(&sb->ch, NULL, -1, 0, deadline_ms);
+			rc = nbrun__chan_recv_blob(&sb->ch, NULL, -1, NBRUN__CHAN_MAX_JSON, deadline_ms);
 		json_decref(msg);
 		if (rc < 0)
 			return rc;

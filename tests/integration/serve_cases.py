@@ -31,15 +31,15 @@ CHART = ("import matplotlib.pyplot as plt\n"
 class Server:
     """nbrun serve on a unix socket (default) or a loopback TCP port."""
 
-    def __init__(self, tcp=False, extra=()):
+    def __init__(self, tcp=False, extra=(), pool=0):
         self.tmp = tempfile.mkdtemp(prefix="nbrun-serve-")
         self.state = os.path.join(self.tmp, "state")
         self.sock = None if tcp else os.path.join(self.tmp, "s.sock")
         self.port = free_port() if tcp else None
         where = ["--listen", "127.0.0.1:%d" % self.port] if tcp else ["--socket", self.sock]
         self.log = open(os.path.join(self.tmp, "serve.log"), "w+")
-        self.proc = subprocess.Popen([NBRUN, "serve", "--state-dir", self.state] + where +
-                                     list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([NBRUN, "serve", "--state-dir", self.state, "--pool", str(pool)] +
+                                     where + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while time.time() < deadline:
             if "nbrun: serve: state in" in self.stderr():
@@ -110,6 +110,16 @@ class Server:
                 k, v = line.rsplit(" ", 1)
                 out[k] = float(v)
         return out
+
+    def wait_pool(self, ready, within=120):
+        """Wait until the pool has `ready` warm sandboxes; returns the health document."""
+        deadline = time.time() + within
+        while time.time() < deadline:
+            st, health = self.json("/v1/health", token=None)
+            if st == 200 and health["pool"]["ready"] >= ready:
+                return health
+            time.sleep(0.2)
+        fail("the pool did not fill within %d s: %r\n%s" % (within, health, self.stderr()[-2000:]))
 
     def stop(self):
         if self.proc.poll() is None:
@@ -184,7 +194,8 @@ def case_socket_run_curl():
         m = s.metrics()
         check(m['nbrun_runs_total{status="ok"}'] == 1, m)
         check(m["nbrun_run_duration_seconds_count"] == 1 and m["nbrun_runs_active"] == 0, m)
-        check(m["nbrun_pool_misses_total"] == 1 and m["nbrun_pool_hits_total"] == 0, m)
+        # Without a pool (--pool 0) no run is a hit or a miss.
+        check(m["nbrun_pool_misses_total"] == 0 and m["nbrun_pool_hits_total"] == 0, m)
         no_run_left(run_id)
     finally:
         s.stop()
@@ -288,7 +299,7 @@ def case_auth():
         st, health = s.json("/v1/health", token=None)
         check(st == 200 and health["status"] == "ok" and health["runs_active"] == 0, health)
         check(set(health) == {"status", "version", "pool", "runs_active"}, health)
-        check(health["pool"] == {"size": 0, "ready": 0}, health)
+        check(health["pool"] == {"size": 0, "ready": 0, "starting": 0}, health)
         st, raw, _ = s.curl("/v1/health", token=None)
         check(s.token not in raw.decode() and s.state not in raw.decode(), "health leaks: %r" % raw)
         check(os.listdir(os.path.join(s.state, "runs")) == [], os.listdir(os.path.join(s.state, "runs")))
@@ -407,6 +418,153 @@ def case_sigterm():
         if curl and curl.poll() is None:
             curl.kill()
         s.stop()
+
+
+# ---- the warm pool ------------------------------------------------------------
+
+# What differs between two runs of the same code, whatever served them.
+VOLATILE = ("run_id", "out_dir", "notebook", "duration_ms", "warm")
+
+
+def comparable(doc):
+    d = {k: v for k, v in doc.items() if k not in VOLATILE}
+    d["images"] = [{k: v for k, v in i.items() if k not in ("url", "content_base64", "bytes")}
+                   for i in d["images"]]
+    d["files"] = [{k: v for k, v in f.items() if k != "url"} for f in d["files"]]
+    return d
+
+
+HARDENING = r"""
+import os, socket, errno
+st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+print("uid", st["Uid"].split()[0], "eff", st["CapEff"].strip(), "bnd", st["CapBnd"].strip(),
+      "nnp", st["NoNewPrivs"].strip(), "seccomp", st["Seccomp"].strip())
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2); print("net yes")
+except OSError:
+    print("net no")
+try:
+    os.unshare(os.CLONE_NEWUSER); print("unshare yes")
+except (OSError, AttributeError):
+    print("unshare no")
+try:
+    open("/etc/probe", "w"); print("rootfs writable")
+except OSError:
+    print("rootfs read-only")
+"""
+
+# What makes a sandbox locked down, as the engine reports it.
+def policy(run_id):
+    f = urllib.parse.quote(json.dumps({"label": ["nbrun.run=%s" % run_id]}))
+    cs = engine("/containers/json?all=1&filters=" + f)
+    check(len(cs) == 1, "container of %s: %r" % (run_id, cs))
+    info = engine("/containers/%s/json" % cs[0]["Id"])
+    hc = info["HostConfig"]
+    return {k: hc.get(k) for k in ("CapDrop", "CapAdd", "SecurityOpt", "ReadonlyRootfs", "NetworkMode",
+                                   "Memory", "MemorySwap", "PidsLimit", "NanoCpus", "Init",
+                                   "IpcMode", "Ulimits", "Tmpfs", "Privileged")} | {
+        "User": info["Config"]["User"], "NetworkDisabled": info["Config"].get("NetworkDisabled")}
+
+
+def case_pool_warm():
+    s = Server(pool=2)
+    try:
+        health = s.wait_pool(2)
+        check(health["pool"]["size"] == 2, health)
+        code = ("print('warm or cold')\n" + CHART +
+                "open('/mnt/data/out.csv', 'w').write('a,b\\n1,2\\n')\n" + "# %%\n" + HARDENING +
+                "# %%\n1/0\n")
+        # A run that fits the pool takes a warm sandbox; one with an env starts its own.
+        st, warm = s.json("/v1/runs", {"code": code})
+        check(st == 200 and warm.get("warm") is True, "not a pool hit: %d %r" % (st, warm.get("warm")))
+        validate(warm)
+        st, cold = s.json("/v1/runs", {"code": code, "env": {"UNUSED": "1"}})
+        check(st == 200 and "warm" not in cold, "not a cold run: %d %r" % (st, cold.get("warm")))
+        check(comparable(warm) == comparable(cold),
+              "warm and cold results differ:\n%r\n%r" % (comparable(warm), comparable(cold)))
+        out = warm["stdout"]
+        check("uid 1000 eff 0000000000000000 bnd 0000000000000000 nnp 1 seccomp 2" in out and
+              "net no" in out and "unshare no" in out and "rootfs read-only" in out,
+              "the warm sandbox is not locked down: %r" % out)
+        check(warm["status"] == "error" and warm["error"]["name"] == "ZeroDivisionError", warm["error"])
+        check([f["path"] for f in warm["files"]] == ["files/out.csv"], warm["files"])
+        m = s.metrics()
+        check(m["nbrun_pool_hits_total"] == 1 and m["nbrun_pool_misses_total"] == 1, m)
+        # The engine's view: the same policy for a pool sandbox and a cold one (both
+        # already removed: look at a fresh pair, held by slow runs).
+        slow = {"code": "import time; time.sleep(8)"}
+        s.wait_pool(2)
+        procs = []
+        for extra in ({}, {"env": {"UNUSED": "1"}}):
+            body = os.path.join(s.tmp, "slow%d" % len(procs))
+            with open(body + ".req", "w") as f:
+                json.dump(dict(slow, **extra), f)
+            procs.append(subprocess.Popen(["curl", "-sS", "--unix-socket", s.sock, "-o", body, "-H",
+                                           "Authorization: Bearer " + s.token, "--data-binary",
+                                           "@" + body + ".req", "http://localhost/v1/runs"]))
+        time.sleep(4)
+        running = {}
+        f = urllib.parse.quote(json.dumps({"label": ["nbrun.pid=%d" % s.proc.pid]}))
+        for c in engine("/containers/json?filters=" + f):
+            running[c["Labels"]["nbrun.run"]] = policy(c["Labels"]["nbrun.run"])
+        for p in procs:
+            p.wait(timeout=120)
+        pols = list(running.values())
+        check(len(pols) >= 3, "expected the two runs and the refilled pool: %r" % list(running))
+        for pol in pols[1:]:
+            check(pol == pols[0], "sandboxes differ in policy:\n%r\n%r" % (pols[0], pol))
+        # Each sandbox served one run and is gone after it (removed in the background).
+        for run in (warm, cold):
+            deadline = time.time() + 20
+            while leftovers(run["run_id"]) and time.time() < deadline:
+                time.sleep(0.2)
+            no_run_left(run["run_id"])
+    finally:
+        s.stop()
+
+
+def case_pool_sigterm():
+    s = Server(pool=2)
+    try:
+        s.wait_pool(2)
+        label = "nbrun.pid=%d" % s.proc.pid
+        check(len(leftovers(label=label)) >= 2, "the pool's sandboxes are not labelled: %r" %
+              leftovers(label=label))
+        st, doc = s.json("/v1/runs", {"code": "print(1)"})
+        check(st == 200 and doc.get("warm") is True, doc)
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=60)
+        check(rc == 0, "serve exit %d: %s" % (rc, s.stderr()))
+        left = leftovers(label=label)
+        check(not left, "a stopped server left: %r" % left)
+    finally:
+        s.stop()
+
+
+def case_pool_sigkill():
+    s = Server(pool=2)
+    try:
+        s.wait_pool(2)
+        pid = s.proc.pid
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait(timeout=30)
+        left = leftovers(label="nbrun.pid=%d" % pid)
+        check(left, "nothing to reclaim: the test proves nothing")
+    finally:
+        s.stop()
+    # The next server with a pool reclaims what the killed one left.
+    s2 = Server(pool=1)
+    try:
+        s2.wait_pool(1)
+        deadline = time.time() + 30
+        while leftovers(label="nbrun.pid=%d" % pid) and time.time() < deadline:
+            time.sleep(0.2)
+        check(not leftovers(label="nbrun.pid=%d" % pid),
+              "a restarted server left the killed one's sandboxes: %r" % leftovers(label="nbrun.pid=%d" % pid))
+    finally:
+        s2.proc.send_signal(signal.SIGTERM)
+        s2.proc.wait(timeout=60)
+        s2.stop()
 
 
 def case_usage():

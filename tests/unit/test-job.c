@@ -919,8 +919,8 @@ static void job_ok(void **state)
 	(void)state;
 	F.opts.files = files;
 	F.opts.file_count = 1;
-	F.tar = make_tar(&tar, &tar_len, "in.txt", INPUT, "out.csv", OUT_CSV, "sub/deep.csv", DEEP,
-			 (const char *)NULL);
+	F.tar = make_tar(&tar, &tar_len, "data/in.txt", INPUT, "data/out.csv", OUT_CSV,
+			 "data/sub/deep.csv", DEEP, (const char *)NULL);
 	F.agent.archive = tar;
 	F.agent.archive_len = tar_len;
 	orig_md = json_deep_copy(written_cell(F.nb, 1));
@@ -961,23 +961,24 @@ static void job_ok(void **state)
 	assert_int_equal(nbrun_result_file_count(F.result), 2);
 }
 
-/* The same archive with "./" names (PROTOCOL.md allows the prefix). */
-static void job_fetch_dot_names(void **state)
+/* Names outside the top directory (PROTOCOL.md: everything below data/) are not exported. */
+static void job_fetch_outside_top(void **state)
 {
 	const void *tar;
 	size_t tar_len;
 
 	(void)state;
-	F.tar = make_tar(&tar, &tar_len, "./out.csv", OUT_CSV, "./sub/deep.csv", DEEP, (const char *)NULL);
+	F.tar = make_tar(&tar, &tar_len, "out.csv", OUT_CSV, "data/sub/deep.csv", DEEP,
+			 (const char *)NULL);
 	F.agent.archive = tar;
 	F.agent.archive_len = tar_len;
 	agent_start(script_ok, 0);
 	assert_int_equal(run_job(), 0);
 	assert_agent_happy();
 	assert_status(NBRUN_STATUS_OK);
-	assert_file("files/out.csv", OUT_CSV, OUT_CSV_SHA);
+	assert_null(result_file("files/out.csv"));
 	assert_file("files/sub/deep.csv", DEEP, DEEP_SHA);
-	assert_int_equal(nbrun_result_file_count(F.result), 2);
+	assert_int_equal(nbrun_result_file_count(F.result), 1);
 }
 
 static void script_error(struct agent *a)
@@ -1726,7 +1727,7 @@ int main(int argc, char **argv)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
 		T(job_ok),
-		T(job_fetch_dot_names),
+		T(job_fetch_outside_top),
 		T(job_cell_error),
 		T(job_cell_timeout),
 		T(job_kernel_dead),
