@@ -17,8 +17,12 @@ ratio against baseline A measured in the same session:
               by this harness, labelled so) against baseline A in sequence
   parse       `nbrun parse` of a ~100 MB executed notebook: peak RSS / size
   phases      cold runs through bench/engine_proxy.py: Engine API calls timed
-              and attributed to create, upload, start, execute, download,
-              cleanup; the rest of the wall time is local work
+              and attributed to create, start, the channel (kernel start,
+              cells), cleanup; the rest of the wall time is local work
+  warm        `nbrun serve --pool N` on a unix socket: spaced pool-hit runs of
+              the same workloads over a kept-alive HTTP connection (request to
+              the whole response), back-to-back rate at concurrency 1 and 2,
+              the server's RSS and its containers' memory
 
 Benchmarks are not tests: nothing here fails on timing. Results go to
 bench/results/<date>.json for bench/compare.
@@ -27,16 +31,19 @@ import argparse
 import base64
 import concurrent.futures
 import datetime
+import http.client
 import json
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -490,7 +497,7 @@ PHASES = [
     ("create", "create: 2 volumes + container"),
     ("start", "start container"),
     ("upload", "upload (PUT archive)"),
-    ("kernel", "kernel start + nbconvert overhead"),
+    ("kernel", "kernel start + channel (notebook in, results and /mnt/data out)"),
     ("exec", "execution (cells, busy->idle)"),
     ("inspect", "inspect container"),
     ("download", "download (GET archive)"),
@@ -509,6 +516,8 @@ def attribute(records, p):
     gaps_parse = 0.0
     prev_download = False
     prev_end = None
+    starts = [r for r in records if r["method"] == "POST" and r["path"].split("?")[0].endswith("/start")]
+    start_end = starts[0]["end"] if starts else None
     for r in records:
         target = r["path"]
         path, _, query = target.partition("?")
@@ -516,6 +525,10 @@ def attribute(records, p):
             path = path[path.index("/", 1):]
         m = r["method"]
         ms = (r["end"] - r["start"]) * 1000
+        if m == "POST" and path.endswith("/attach"):
+            # The live channel: opened before start, held to the end of the
+            # run; its wait counts from the end of start (no double count).
+            ms = (r["end"] - max(r["start"], start_end or r["start"])) * 1000
         engine_ms += ms
         if prev_download and prev_end is not None:
             gaps_parse += max(0.0, (r["start"] - prev_end) * 1000)
@@ -527,6 +540,9 @@ def attribute(records, p):
             key = "preflight"
         elif m == "POST" and path.endswith("/start"):
             key = "start"
+        elif m == "POST" and path.endswith("/attach"):
+            key = "logs"
+            logs_ms += ms
         elif m == "PUT" and path.endswith("/archive"):
             key = "upload"
         elif m == "GET" and path.endswith("/logs") and "follow=1" in query:
@@ -749,6 +765,371 @@ def section_parse(b, mb, n):
     return {"file_bytes": size, "images": images, "runs": rows, "json_load": pyload}
 
 
+# ---- warm: nbrun serve with a pool ----------------------------------------------------
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a unix socket, kept open between requests."""
+
+    def __init__(self, path, timeout=900):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+class HTTPClient:
+    """One persistent connection; reconnects only for idempotent requests."""
+
+    def __init__(self, path, token=None):
+        self.path = path
+        self.token = token
+        self.conn = UnixHTTPConnection(path)
+
+    def request(self, method, target, body=None, retry=True):
+        headers = {}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, target, body=body, headers=headers)
+            r = self.conn.getresponse()
+            return r.status, r.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            if not retry:
+                raise
+            self.conn = UnixHTTPConnection(self.path)
+            self.conn.request(method, target, body=body, headers=headers)
+            r = self.conn.getresponse()
+            return r.status, r.read()
+
+    def json(self, method, target, body=None):
+        status, data = self.request(method, target, body)
+        return status, json.loads(data) if data else None
+
+    def close(self):
+        self.conn.close()
+
+
+def engine_socket(b):
+    dh = os.environ.get("DOCKER_HOST", "")
+    if dh.startswith("unix://") and not b.args.ignore_docker_host:
+        return dh[7:]
+    return "/var/run/docker.sock"
+
+
+def proc_status(pid):
+    """VmRSS and VmHWM of a process, in KiB."""
+    out = {}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for ln in f:
+                if ln.startswith(("VmRSS:", "VmHWM:")):
+                    out[ln.split(":")[0]] = int(ln.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+class Server:
+    """`nbrun serve --socket --state-dir --pool N` from the binary under test."""
+
+    def __init__(self, b, pool):
+        self.b = b
+        self.pool = pool
+        # sun_path holds 107 bytes: a long TMPDIR gets a short directory of its own.
+        self.dir = os.path.join(b.work, "serve")
+        if len(os.path.join(self.dir, "s.sock")) > 100:
+            self.dir = tempfile.mkdtemp(prefix="nbrun-bench-", dir="/tmp")
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = os.path.join(self.dir, "s.sock")
+        self.state = os.path.join(self.dir, "state")
+        self.log_path = os.path.join(self.dir, "serve.log")
+        self.proc = None
+        self.engine = HTTPClient(engine_socket(b))
+        self.leftovers = None
+
+    def start(self, timeout=300):
+        """Start; True once health answers (the pool may still be filling)."""
+        self.log = open(self.log_path, "wb")
+        self.t_start = time.monotonic()
+        self.proc = subprocess.Popen(
+            [self.b.nbrun, "serve", "--socket", self.sock, "--state-dir", self.state,
+             "--pool", str(self.pool)],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.b.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            if os.path.exists(self.sock) and os.path.exists(os.path.join(self.state, "token")):
+                break
+            time.sleep(0.05)
+        with open(os.path.join(self.state, "token")) as f:
+            token = f.readline().strip()
+        self.client = HTTPClient(self.sock, token)
+        return self.health() is not None
+
+    def health(self):
+        try:
+            status, doc = self.client.json("GET", "/v1/health")
+            return doc if status == 200 else None
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+
+    def containers(self):
+        """Ids of the containers this server has on the engine (labelled with its pid)."""
+        flt = urllib.parse.quote(json.dumps({"label": ["nbrun.pid=%d" % self.proc.pid]}))
+        try:
+            status, doc = self.engine.json("GET", "/containers/json?all=1&filters=" + flt)
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+        return [c["Id"] for c in doc] if status == 200 else None
+
+    def wait_full(self, timeout=300):
+        """Untimed spacing: the pool is full, nothing runs, the last run's container is gone.
+        Returns the seconds waited, or None on timeout."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            h = self.health()
+            if self.proc.poll() is not None:
+                return None
+            if h and h["pool"]["ready"] == self.pool and not h.get("runs_active"):
+                ids = self.containers()
+                if ids is not None and len(ids) == self.pool:
+                    return time.monotonic() - t0
+            time.sleep(0.05)
+        return None
+
+    def memory(self):
+        """The server's RSS, and the memory of the containers it holds (engine stats)."""
+        st = proc_status(self.proc.pid)
+        ids = self.containers() or []
+        usage, cli = [], []
+        for cid in ids:
+            try:
+                status, s = self.engine.json(
+                    "GET", "/containers/%s/stats?stream=false&one-shot=true" % cid)
+            except (OSError, ValueError, http.client.HTTPException):
+                continue
+            ms = (s or {}).get("memory_stats") or {}
+            if status != 200 or "usage" not in ms:
+                continue
+            usage.append(ms["usage"])
+            # What `docker stats` shows: usage less the inactive page cache.
+            inactive = ms.get("stats", {}).get("inactive_file",
+                                               ms.get("stats", {}).get("total_inactive_file", 0))
+            cli.append(ms["usage"] - inactive)
+        return {"server_rss_mib": st.get("VmRSS", 0) / 1024, "server_hwm_mib": st.get("VmHWM", 0) / 1024,
+                "containers": len(ids), "containers_usage_mib": sum(usage) / 2**20,
+                "containers_usage_less_cache_mib": sum(cli) / 2**20,
+                "per_container_usage_mib": [round(u / 2**20, 1) for u in usage]}
+
+    def metrics(self):
+        try:
+            status, data = self.client.request("GET", "/metrics")
+        except (OSError, http.client.HTTPException):
+            return {}
+        out = {}
+        for ln in data.decode(errors="replace").splitlines():
+            if ln.startswith("nbrun_pool_"):
+                k, _, v = ln.partition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def stop(self):
+        if not self.proc:
+            return
+        pid = self.proc.pid
+        if self.proc.poll() is None:
+            self.proc.send_signal(15)
+            try:
+                self.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        time.sleep(0.5)
+        flt = urllib.parse.quote(json.dumps({"label": ["nbrun.pid=%d" % pid]}))
+        try:
+            status, doc = self.engine.json("GET", "/containers/json?all=1&filters=" + flt)
+            self.leftovers = len(doc) if status == 200 else None
+        except (OSError, ValueError, http.client.HTTPException):
+            self.leftovers = None
+        self.engine.close()
+        self.client.close()
+
+
+def warm_request(wl, csv_b64):
+    req = {"code": wl["code"]}
+    if wl["csv"]:
+        req["files"] = [{"path": "input.csv", "content_base64": csv_b64}]
+    return json.dumps(req).encode()
+
+
+def warm_check(wl, doc):
+    """What the workload must produce, inlined in the response."""
+    if doc.get("status") != "ok":
+        return "status %s: %s" % (doc.get("status"), doc.get("message"))
+    if wl["key"] == "print" and doc.get("stdout") != "1\n":
+        return "stdout %r" % doc.get("stdout")
+    if wl["key"] == "chart" and not any(i.get("content_base64") for i in doc.get("images", [])):
+        return "no inlined image"
+    if wl["key"] == "csv":
+        f = [x for x in doc.get("files", []) if x.get("path", "").endswith("out.csv")]
+        if not f or not f[0].get("content_base64"):
+            return "no inlined out.csv"
+        if not base64.b64decode(f[0]["content_base64"]).startswith(b"region,"):
+            return "out.csv is not the summary"
+    return None
+
+
+def warm_post(client, body):
+    """One timed run: request sent -> whole response read and parsed."""
+    t0 = time.monotonic()
+    status, data = client.request("POST", "/v1/runs", body, retry=False)
+    t1 = time.monotonic()
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = {}
+    t2 = time.monotonic()
+    return {"status": status, "doc": doc, "http_ms": (t1 - t0) * 1000, "wall_ms": (t2 - t0) * 1000,
+            "bytes": len(data), "server_ms": doc.get("duration_ms"), "warm": doc.get("warm") is True}
+
+
+def section_warm(b, runs, pool, sustained):
+    """nbrun serve with a warm pool: spaced pool hits, back-to-back rate, memory."""
+    with open(b.csv_path, "rb") as f:
+        csv_b64 = base64.b64encode(f.read()).decode()
+    srv = Server(b, pool)
+    res = {"pool": pool, "runs": runs, "latency": {wl["key"]: [] for wl in WORKLOADS},
+           "misses": {wl["key"]: 0 for wl in WORKLOADS}, "refill_s": [], "sustained": {},
+           "memory": {}, "fill_s": None, "errors": []}
+    say("warm: nbrun serve --pool %d; %d spaced run(s) per workload, then %d back to back "
+        "at concurrency 1 and 2" % (pool, runs, sustained))
+    try:
+        if not srv.start():
+            b.fail("nbrun serve", "did not start (log: %s)" % _tail(srv.log_path))
+            return None
+        tick("warm: waiting for the pool to fill")
+        fill = srv.wait_full(timeout=600)
+        if fill is None:
+            b.fail("nbrun serve", "the pool of %d did not fill in 10 min: %s"
+                   % (pool, (srv.health() or {}).get("pool")))
+            return None
+        res["fill_s"] = time.monotonic() - srv.t_start
+        res["memory"]["filled"] = srv.memory()
+
+        # Spaced pool hits, workloads interleaved so drifts hit all three.
+        bodies = {wl["key"]: warm_request(wl, csv_b64) for wl in WORKLOADS}
+        warmup = True
+        for i in range(runs + 1):
+            for wl in WORKLOADS:
+                k = wl["key"]
+                waited = srv.wait_full()
+                if waited is None:
+                    b.fail("warm %s" % k, "pool not refilled: %s" % (srv.health() or {}).get("pool"))
+                    continue
+                if not warmup:
+                    res["refill_s"].append(waited)
+                tick("warm %s %d/%d" % (k, i, runs) if not warmup else "warm: warm-up run")
+                try:
+                    r = warm_post(srv.client, bodies[k])
+                except (OSError, http.client.HTTPException) as e:
+                    b.fail("warm %s" % k, "request failed: %s" % e)
+                    continue
+                bad = "HTTP %d" % r["status"] if r["status"] != 200 else warm_check(wl, r["doc"])
+                if warmup:
+                    break  # one discarded print(1): first request, page cache
+                if bad:
+                    b.fail("warm %s" % k, bad)
+                elif not r["warm"]:
+                    res["misses"][k] += 1
+                else:
+                    del r["doc"]
+                    res["latency"][k].append(r)
+            warmup = False
+        tick("warm: waiting for the pool to refill")
+        srv.wait_full()
+        res["memory"]["after_runs"] = srv.memory()
+
+        # Back to back: the pool drains, and refills race the requests.
+        body = bodies["print"]
+        for conc in (1, 2):
+            srv.wait_full()
+            tick("warm: %d back to back at concurrency %d" % (sustained, conc))
+            res["sustained"][conc] = warm_sustained(b, srv, body, sustained, conc)
+        srv.wait_full()
+        res["memory"]["after_sustained"] = srv.memory()
+        res["server_metrics"] = srv.metrics()
+    finally:
+        tick_done()
+        srv.stop()
+        res["leftover_containers"] = srv.leftovers
+        if srv.leftovers:
+            b.fail("nbrun serve", "%d container(s) left after SIGTERM" % srv.leftovers)
+        if not srv.dir.startswith(b.work):
+            shutil.rmtree(srv.dir, ignore_errors=True)
+    return res
+
+
+def warm_sustained(b, srv, body, k, conc):
+    lock = threading.Lock()
+    left = [k]
+    rows = []
+
+    def worker():
+        c = HTTPClient(srv.sock, srv.client.token)
+        try:
+            while True:
+                with lock:
+                    if left[0] == 0:
+                        return
+                    left[0] -= 1
+                try:
+                    r = warm_post(c, body)
+                except (OSError, http.client.HTTPException) as e:
+                    r = {"status": 0, "doc": {}, "error": str(e), "warm": False, "wall_ms": None}
+                r["ok"] = r["status"] == 200 and warm_check(WORKLOADS[0], r["doc"]) is None
+                r.pop("doc", None)
+                with lock:
+                    rows.append(r)
+        finally:
+            c.close()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    ok = [r for r in rows if r["ok"]]
+    if len(ok) < k:
+        b.fail("warm back to back c=%d" % conc, "%d of %d runs ok" % (len(ok), k))
+    return {"wall_s": wall, "n": k, "ok": len(ok), "warm": sum(1 for r in ok if r["warm"]),
+            "runs_per_min": len(ok) / wall * 60 if wall else None,
+            "latency_ms": [r["wall_ms"] for r in ok],
+            "warm_ms": [r["wall_ms"] for r in ok if r["warm"]],
+            "cold_ms": [r["wall_ms"] for r in ok if not r["warm"]]}
+
+
+def _tail(path, n=300):
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-n:].decode(errors="replace").replace("\n", " | ")
+    except OSError:
+        return "?"
+
+
 # ---- report ----------------------------------------------------------------------------
 
 def fmt_ms(x):
@@ -774,9 +1155,124 @@ def dist_row(label, d, unit_fmt=fmt_ms, extra=()):
     return [label, d["n"]] + [unit_fmt(d[k]) for k in ("min", "p50", "p90", "p99", "max")] + list(extra)
 
 
+def report_warm(w, metric, targets, notes, out):
+    """The warm section's tables and metrics."""
+    pool = w["pool"]
+    out.append("== warm runs through nbrun serve --pool %d (unix socket, one kept-alive connection): "
+               "ms from the request to the whole response parsed, images and files inlined; "
+               "each run waits (untimed) for the pool to be full again" % pool)
+    rows = []
+    for wl in WORKLOADS:
+        k = wl["key"]
+        lat = w["latency"][k]
+        dc = dist([r["wall_ms"] for r in lat])
+        ds = dist([r["server_ms"] for r in lat])
+        dh = dist([r["wall_ms"] - r["server_ms"] for r in lat if r["server_ms"] is not None])
+        metric("warm.%s.client_ms" % k, dc, "ms", "lower", misses=w["misses"][k])
+        metric("warm.%s.server_duration_ms" % k, ds, "ms", "lower")
+        metric("warm.%s.outside_run_ms" % k, dh, "ms", "lower",
+               note="client time less the result's duration_ms")
+        metric("warm.%s.response_kb" % k,
+               dist([r["bytes"] / 1024 for r in lat])["p50"], "KiB", "none")
+        miss = "%d" % w["misses"][k]
+        rows.append(dist_row("%s  client" % wl["label"], dc, extra=[miss]))
+        rows.append(dist_row("%s  server duration_ms" % wl["label"], ds, extra=[""]))
+        rows.append(dist_row("%s  client less duration_ms" % wl["label"], dh, extra=[""]))
+    out.append(table(["workload", "n", "min", "p50", "p90", "p99", "max", "misses"], rows))
+    refill = dist(w["refill_s"])
+    metric("warm.pool_fill_s", w["fill_s"], "s", "lower", note="server start to a full pool of %d" % pool)
+    metric("warm.refill_wait_s", refill, "s", "lower")
+    out.append("pool of %d full %.1f s after the server started; spacing waited p50 %.1f s (max %.1f) "
+               "for the refill and the used container's removal"
+               % (pool, w["fill_s"] or 0, refill["p50"] or 0, refill["max"] or 0))
+    if any(w["misses"].values()):
+        notes.append("warm: %d spaced run(s) missed the pool and are not in the warm timings"
+                     % sum(w["misses"].values()))
+    out.append("")
+
+    if w["sustained"]:
+        out.append("== back to back: print(1) with no spacing (the pool drains; refills race the requests)")
+        rows = []
+        for conc, s in sorted(w["sustained"].items()):
+            lat, wm, cm = dist(s["latency_ms"]), dist(s["warm_ms"]), dist(s["cold_ms"])
+            frac = s["warm"] / s["ok"] if s["ok"] else None
+            metric("warm.sustained_c%d.runs_per_min" % conc, s["runs_per_min"], "runs/min", "higher")
+            metric("warm.sustained_c%d.warm_fraction" % conc, frac, "x", "higher")
+            metric("warm.sustained_c%d.client_ms" % conc, lat, "ms", "lower")
+            rows.append([conc, "%d/%d" % (s["ok"], s["n"]), "%.1f" % s["wall_s"],
+                         "%.1f" % s["runs_per_min"] if s["runs_per_min"] else "-",
+                         "%d%%" % round(frac * 100) if frac is not None else "-",
+                         fmt_ms(lat["p50"]), fmt_ms(lat["max"]), fmt_ms(wm["p50"]), fmt_ms(cm["p50"])])
+        out.append(table(["concurrency", "ok", "wall s", "runs/min", "warm", "p50 ms", "max ms",
+                          "warm p50", "miss p50"], rows))
+        out.append("")
+
+    if w["memory"]:
+        out.append("== host memory held by the server with a pool of %d" % pool)
+        rows = []
+        labels = {"filled": "pool filled, before any run", "after_runs": "after the spaced warm runs",
+                  "after_sustained": "after the back-to-back runs"}
+        for key in ("filled", "after_runs", "after_sustained"):
+            m = w["memory"].get(key)
+            if not m:
+                continue
+            metric("warm.memory.%s.server_rss_mib" % key, m["server_rss_mib"], "MiB", "lower")
+            metric("warm.memory.%s.containers_usage_mib" % key, m["containers_usage_mib"], "MiB", "lower",
+                   containers=m["containers"], per_container=m["per_container_usage_mib"])
+            metric("warm.memory.%s.containers_less_cache_mib" % key,
+                   m["containers_usage_less_cache_mib"], "MiB", "lower")
+            rows.append([labels[key], "%.1f" % m["server_rss_mib"], "%.1f" % m["server_hwm_mib"],
+                         m["containers"], "%.0f" % m["containers_usage_mib"],
+                         "%.0f" % m["containers_usage_less_cache_mib"]])
+        out.append(table(["when", "server RSS MiB", "peak RSS", "containers", "cgroup usage MiB",
+                          "less page cache"], rows))
+        out.append("(server: VmRSS / VmHWM from /proc; containers: engine stats memory_stats.usage "
+                   "summed, and usage less inactive_file as `docker stats` shows it)")
+        out.append("")
+
+
+def warm_targets(w, metrics, targets):
+    """Warm targets first in the summary."""
+    rows = []
+    if w is None:
+        rows.append(("warm print(1) p50 (pool hit, HTTP end to end)", "not measured", "<= 20 ms", None))
+    else:
+        def g(name, k="p50"):
+            m = metrics.get(name)
+            return None if m is None else m.get(k)
+        p50, p99 = g("warm.print.client_ms"), g("warm.print.client_ms", "p99")
+        s50 = g("warm.print.server_duration_ms")
+        c50 = g("warm.chart.client_ms")
+        v50 = g("warm.csv.client_ms")
+        rows.append(("warm print(1) p50 (pool hit, HTTP end to end)",
+                     "%s ms (server duration_ms %s)" % (fmt_ms(p50), fmt_ms(s50)) if p50 is not None else "-",
+                     "<= 20 ms", None if p50 is None else p50 <= 20))
+        rows.append(("warm print(1) p99", "%s ms (n=%d)" % (fmt_ms(p99), metrics["warm.print.client_ms"]["n"])
+                     if p99 is not None else "-", "<= 60 ms", None if p99 is None else p99 <= 60))
+        rows.append(("warm matplotlib chart p50", "%s ms" % fmt_ms(c50) if c50 is not None else "-",
+                     "<= 250 ms", None if c50 is None else c50 <= 250))
+        rows.append(("warm pandas CSV -> file p50 (info)", "%s ms" % fmt_ms(v50) if v50 is not None else "-",
+                     "-", None))
+        for conc in (1, 2):
+            r = metrics.get("warm.sustained_c%d.runs_per_min" % conc)
+            f = metrics.get("warm.sustained_c%d.warm_fraction" % conc)
+            if r and r["value"] is not None:
+                rows.append(("back-to-back print(1), concurrency %d (info)" % conc,
+                             "%.1f runs/min, %d%% warm" % (r["value"], round((f["value"] or 0) * 100)),
+                             "-", None))
+        m = metrics.get("warm.memory.after_runs.server_rss_mib") or metrics.get(
+            "warm.memory.filled.server_rss_mib")
+        c = metrics.get("warm.memory.filled.containers_usage_mib")
+        if m:
+            rows.append(("server RSS with a pool of %d (info)" % w["pool"],
+                         "%.1f MiB; pool containers %s MiB" % (m["value"], "%.0f" % c["value"] if c else "?"),
+                         "-", None))
+    targets[0:0] = rows
+
+
 def main():
     ap = argparse.ArgumentParser(description="nbrun benchmarks (see bench/README.md)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 2 runs, tiny batch (~2 min)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 runs, tiny batch and pool (~3 min)")
     ap.add_argument("--nbrun", default=os.path.join(ROOT, "build-bench", "src", "cli", "nbrun"))
     ap.add_argument("--image", help="runtime image (default jupyter-runtime:<nbrun version>)")
     ap.add_argument("-n", "--runs", type=int, help="cold runs per workload (10; quick 2)")
@@ -785,7 +1281,12 @@ def main():
     ap.add_argument("--batch-reps", type=int, help="repetitions of each batch (1)")
     ap.add_argument("--parse-mb", type=int, help="size of the parse notebook in MB (100; quick 100)")
     ap.add_argument("--parse-runs", type=int, help="runs of nbrun parse (3; quick 1)")
-    ap.add_argument("--only", help="comma list of sections: cold,phases,batch,parse")
+    ap.add_argument("--warm-runs", type=int,
+                    help="spaced pool-hit runs per workload through nbrun serve (20; quick 1)")
+    ap.add_argument("--warm-pool", type=int, help="pool size of the warm server (4; quick 1)")
+    ap.add_argument("--warm-sustained", type=int,
+                    help="back-to-back print(1) requests at concurrency 1 and 2 (20; quick 2)")
+    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse")
     ap.add_argument("--wait-idle", type=float, default=0,
                     help="wait up to this many minutes for the 1-min load to fall below nproc/2")
     ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
@@ -801,7 +1302,14 @@ def main():
     args.batch_reps = args.batch_reps or 1
     args.parse_mb = args.parse_mb or 100
     args.parse_runs = args.parse_runs or (1 if q else 3)
-    sections = set((args.only or "cold,phases,batch,parse").split(","))
+    args.warm_runs = args.warm_runs or (1 if q else 20)
+    args.warm_pool = args.warm_pool or (1 if q else 4)
+    args.warm_sustained = args.warm_sustained or (2 if q else 20)
+    sections = set((args.only or "cold,phases,warm,batch,parse").split(","))
+    unknown = sections - {"cold", "phases", "warm", "batch", "parse"}
+    if unknown:
+        print("bench: error: --only: unknown section(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
+        return 2
 
     if not os.access(args.nbrun, os.X_OK):
         print("bench: error: no nbrun at %s (bench/run builds it)" % args.nbrun, file=sys.stderr)
@@ -835,7 +1343,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="nbrun-bench-")
     b = Bench(args, work)
-    cold = phases = batch = parse = None
+    cold = phases = warm = batch = parse = None
     t_all = time.monotonic()
     try:
         with LoadSampler() as sampler:
@@ -843,6 +1351,8 @@ def main():
                 cold = section_cold(b, args.runs)
             if "phases" in sections:
                 phases = section_phases(b, args.phase_runs)
+            if "warm" in sections:
+                warm = section_warm(b, args.warm_runs, args.warm_pool, args.warm_sustained)
             if "batch" in sections:
                 batch = section_batch(b, args.batch_size, args.batch_reps)
             if "parse" in sections:
@@ -915,7 +1425,7 @@ def main():
                                  extra=["%.2fx" % r if r else "-"]))
             targets.append(("cold %s p50 vs baseline A" % wl["label"],
                             "%.2fx (%s vs %s ms)" % (r, fmt_ms(dn["p50"]), fmt_ms(db["p50"])) if r else "-",
-                            "<= 0.8x", None if r is None else r <= 0.8))
+                            "<= 0.85x", None if r is None else r <= 0.85))
         out.append(table(["workload", "n", "min", "p50", "p90", "p99", "max", "ratio"], rows))
         out.append("")
 
@@ -960,9 +1470,13 @@ def main():
             rows.append(row)
         out.append(table(["phase"] + [next(w["label"] for w in WORKLOADS if w["key"] == wk)
                                       for wk in keys], rows))
-        out.append("kernel start + nbconvert = the log-follow wait less the cells' busy->idle time:"
-                   " python/nbconvert start, kernel start, notebook write")
+        out.append("kernel start + channel = the attach stream's wait after start less the cells' "
+                   "busy->idle time: agent and kernel start, notebook in, outputs and /mnt/data out")
         out.append("")
+
+    # ---- warm
+    if warm:
+        report_warm(warm, metric, targets, notes, out)
 
     # ---- batch
     if batch:
@@ -1033,10 +1547,9 @@ def main():
                         "<= 3x", None if r is None else r <= 3.0))
 
     # ---- targets
+    if "warm" in sections:
+        warm_targets(warm, metrics, targets)
     if cold:
-        p50 = metrics["cold.print.nbrun.wall_ms"]["value"]
-        targets.insert(0, ("pool print(1) p50", "n/a: no warm pool yet (cold p50 %s ms)" % fmt_ms(p50),
-                           "<= 50 ms", "n/a"))
         cpu = metrics["host.print.nbrun.cpu_ms"]["value"]
         rss = metrics["host.print.nbrun.maxrss_mib"]["value"]
         targets.append(("nbrun host CPU per print(1) run, p50 (info)", "%.1f ms" % cpu, "-", None))
@@ -1069,7 +1582,9 @@ def main():
                      "stale_binary": args.stale_binary},
         "config": {"runs": args.runs, "phase_runs": args.phase_runs, "batch_size": args.batch_size,
                    "batch_reps": args.batch_reps, "parse_mb": args.parse_mb,
-                   "parse_runs": args.parse_runs, "sections": sorted(sections)},
+                   "parse_runs": args.parse_runs, "warm_runs": args.warm_runs,
+                   "warm_pool": args.warm_pool, "warm_sustained": args.warm_sustained,
+                   "sections": sorted(sections)},
         "load": {"before": load_before, "after": load_after, "during_1min": during,
                  "busy_processes_at_start": hogs, "other_containers_at_start": others},
         "metrics": metrics,

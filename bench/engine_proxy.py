@@ -243,6 +243,12 @@ class EngineProxy:
                         cond.notify_all()
                     up.sendall(head)
                     rec["req_bytes"] = _body(rd, headers, up.sendall)
+                    if "upgrade" in headers:
+                        # A hijacked stream (attach): raw bytes both ways from now on.
+                        for piece in rd.until_close():
+                            up.sendall(piece)
+                            rec["req_bytes"] += len(piece)
+                        break
             except (_Closed, OSError, ValueError):
                 pass
             with cond:
