@@ -184,13 +184,50 @@ static int job_violation(struct nbrun__job *j, const char *what)
 	return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: %s: %s", what, why);
 }
 
+/* Cells larger than this are spooled to a file and parsed from it. */
+#define JOB_CELL_IN_MEMORY (1u << 20)
+
+static int job_spool_fd(struct nbrun__job *j);
+
+/*
+ * An executed cell's data: small ones parsed in memory, larger ones spooled
+ * to an unnamed file first, so that the raw text and the tree are never
+ * both in memory (a cell may be hundreds of MB).
+ */
+static int job_cell_data(struct nbrun__job *j, json_t **cell, uint64_t left, struct job_end *e)
+{
+	struct buf blob = BUF_INIT(JOB_CELL_IN_MEMORY);
+	int64_t len = j->sb->ch.blob_left;
+	int fd, rc;
+
+	if (len >= 0 && (uint64_t)len <= JOB_CELL_IN_MEMORY) {
+		rc = nbrun__chan_recv_blob(&j->sb->ch, &blob, -1, left, j->deadline_ms);
+		if (rc == 0) {
+			e->bytes += blob.len;
+			rc = nbrun__notebook_piece_loadb(cell, j->ctx, blob.data ? blob.data : "",
+							 blob.len, &e->values);
+		}
+		buf_free(&blob);
+		return rc;
+	}
+	fd = job_spool_fd(j);
+	if (fd < 0)
+		return fd;
+	rc = nbrun__chan_recv_blob(&j->sb->ch, NULL, fd, left, j->deadline_ms);
+	if (rc == 0) {
+		e->bytes += (uint64_t)len;
+		rc = nbrun__notebook_piece_loadfd(cell, j->ctx, fd, left, &e->values);
+	}
+	close(fd);
+	return rc;
+}
+
 /* An executed cell: it replaces the code cell at its index. */
 static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, struct job_end *e)
 {
 	json_t *cells = json_object_get(nb, "cells"), *cell = NULL;
 	json_int_t i = json_integer_value(json_object_get(msg, "cell"));
 	uint64_t left = j->lim.max_notebook_bytes > e->bytes ? j->lim.max_notebook_bytes - e->bytes : 0;
-	struct buf blob = BUF_INIT(left + 1);
 	int rc;
 
 	if (!json_is_integer(json_object_get(msg, "cell")) || i < 0 ||
@@ -198,13 +235,7 @@ static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 	    strcmp(json_string_value(json_object_get(json_array_get(cells, (size_t)i), "cell_type")) ?: "",
 		   "code"))
 		return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: a cell that is not one of the notebook's code cells");
-	rc = nbrun__chan_recv_blob(&j->sb->ch, &blob, -1, left, j->deadline_ms);
-	if (rc == 0)
-		e->bytes += blob.len;
-	if (rc == 0)
-		rc = nbrun__notebook_piece_loadb(&cell, j->ctx, blob.data ? blob.data : "", blob.len,
-						 &e->values);
-	buf_free(&blob);
+	rc = job_cell_data(j, &cell, left, e);
 	if (rc == NBRUN_EPARSE && strncmp(nbrun_ctx_errmsg(j->ctx), "sandbox protocol violation", 26))
 		rc = job_violation(j, "an executed cell");
 	if (rc != 0)

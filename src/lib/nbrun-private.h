@@ -85,6 +85,9 @@ int nbrun__notebook_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data,
  */
 int nbrun__notebook_piece_loadb(json_t **out, struct nbrun_ctx *ctx, const char *data, size_t len,
 				uint64_t *values);
+/* The same read from the start of fd (a spooled piece), at most max_bytes. */
+int nbrun__notebook_piece_loadfd(json_t **out, struct nbrun_ctx *ctx, int fd, uint64_t max_bytes,
+				 uint64_t *values);
 
 /*
  * Fill r from an executed notebook: status ok/error, stdout, stderr,

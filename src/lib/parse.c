@@ -210,11 +210,49 @@ static size_t load_cb(void *buffer, size_t buflen, void *data)
 	return n;
 }
 
+/*
+ * Parse JSON read from fd, at most max_bytes, counting values from *values
+ * (0 when NULL) and adding them there. The raw text and the tree are never
+ * both in memory.
+ */
+static int load_fd(json_t **out, struct nbrun_ctx *ctx, int fd, const char *name,
+		   uint64_t max_bytes, uint64_t *values)
+{
+	struct load_src *src = malloc(sizeof(*src));
+	json_error_t err;
+	json_t *j = NULL;
+	int rc = 0;
+
+	*out = NULL;
+	if (!src)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory reading %s", name);
+	memset(src, 0, offsetof(struct load_src, buf));
+	src->fd = fd;
+	src->max = max_bytes;
+	src->count.values = values ? *values : 0;
+	j = json_load_callback(load_cb, src, JSON_ALLOW_NUL, &err);
+	if (src->over)
+		rc = too_big(ctx, max_bytes, max_bytes, true);
+	else if (src->too_many)
+		rc = too_many_values(ctx);
+	else if (src->err)
+		rc = nbrun__errno(ctx, NBRUN_EIO, src->err, "cannot read %s", name);
+	else if (!j)
+		rc = json_fail(ctx, &err);
+	if (rc == 0 && values)
+		*values = src->count.values;
+	if (rc == 0) {
+		*out = j;
+		j = NULL;
+	}
+	json_decref(j);
+	free(src);
+	return rc;
+}
+
 int nbrun__notebook_load(json_t **out, struct nbrun_ctx *ctx, int dirfd, const char *name,
 			 uint64_t max_bytes)
 {
-	struct load_src *src = NULL;
-	json_error_t err;
 	struct stat st;
 	json_t *nb = NULL;
 	int fd, rc;
@@ -240,32 +278,9 @@ int nbrun__notebook_load(json_t **out, struct nbrun_ctx *ctx, int dirfd, const c
 		rc = too_big(ctx, (uint64_t)st.st_size, max_bytes, false);
 		goto out;
 	}
-	src = malloc(sizeof(*src));
-	if (!src) {
-		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory reading %s", name);
+	rc = load_fd(&nb, ctx, fd, name, max_bytes, NULL);
+	if (rc < 0)
 		goto out;
-	}
-	memset(src, 0, offsetof(struct load_src, buf));
-	src->fd = fd;
-	src->max = max_bytes;
-	/* Parsed straight from the file: the raw text and the tree are never both in memory. */
-	nb = json_load_callback(load_cb, src, JSON_ALLOW_NUL, &err);
-	if (src->over) {
-		rc = too_big(ctx, max_bytes, max_bytes, true);
-		goto out;
-	}
-	if (src->too_many) {
-		rc = too_many_values(ctx);
-		goto out;
-	}
-	if (src->err) {
-		rc = nbrun__errno(ctx, NBRUN_EIO, src->err, "cannot read %s", name);
-		goto out;
-	}
-	if (!nb) {
-		rc = json_fail(ctx, &err);
-		goto out;
-	}
 	rc = nb_check(ctx, nb);
 	if (rc < 0)
 		goto out;
@@ -273,9 +288,17 @@ int nbrun__notebook_load(json_t **out, struct nbrun_ctx *ctx, int dirfd, const c
 	nb = NULL;
 out:
 	json_decref(nb);
-	free(src);
 	close(fd);
 	return rc;
+}
+
+int nbrun__notebook_piece_loadfd(json_t **out, struct nbrun_ctx *ctx, int fd, uint64_t max_bytes,
+				 uint64_t *values)
+{
+	*out = NULL;
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return nbrun__errno(ctx, NBRUN_EIO, errno, "cannot read a spooled cell");
+	return load_fd(out, ctx, fd, "a cell", max_bytes, values);
 }
 
 NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *ctx,
