@@ -275,6 +275,26 @@ static int job_take_done(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 }
 
 /*
+ * A receive that delivered nothing: the deadline passed (2), the stream
+ * ended (0) or broke, or the agent broke the protocol. 0 with e saying how
+ * the run ended, or NBRUN_ECANCELLED.
+ */
+static int job_stopped(struct nbrun__job *j, struct job_end *e, int rc)
+{
+	if (rc == NBRUN_ECANCELLED)
+		return rc;
+	if (rc == 2) {
+		e->timed_out = true;
+	} else if (rc == NBRUN_EPARSE) {
+		e->violation = true;
+		job_line(e->message, sizeof(e->message), nbrun_ctx_errmsg(j->ctx));
+	} else {
+		e->ended = true;
+	}
+	return 0;
+}
+
+/*
  * Read the agent's messages until the execution is done, the deadline
  * passes or the stream ends; executed cells go into nb as they come.
  * 0 (e says how it ended), < 0 on cancel or a broken engine.
@@ -286,21 +306,8 @@ static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 		const char *type;
 		int rc = nbrun__chan_recv(&j->sb->ch, &msg, j->deadline_ms);
 
-		if (rc == 2) {
-			e->timed_out = true;
-			return 0;
-		}
-		if (rc == 0) {
-			e->ended = true;
-			return 0;
-		}
-		if (rc == NBRUN_EPARSE) {
-			e->violation = true;
-			job_line(e->message, sizeof(e->message), nbrun_ctx_errmsg(j->ctx));
-			return 0;
-		}
-		if (rc < 0)
-			return rc == NBRUN_ECANCELLED ? rc : (e->ended = true, 0);
+		if (rc != 1)
+			return job_stopped(j, e, rc);
 		type = json_string_value(json_object_get(msg, "type"));
 		rc = 0;
 		if (!strcmp(type, "hello") &&
@@ -326,17 +333,8 @@ static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 		if (rc == 0)
 			rc = nbrun__chan_recv_blob(&j->sb->ch, NULL, -1, j->lim.max_notebook_bytes, j->deadline_ms);
 		json_decref(msg);
-		if (rc == 2) {
-			e->timed_out = true;
-			return 0;
-		}
-		if (rc == NBRUN_EPARSE) {
-			e->violation = true;
-			job_line(e->message, sizeof(e->message), nbrun_ctx_errmsg(j->ctx));
-			return 0;
-		}
-		if (rc < 0)
-			return rc == NBRUN_ECANCELLED ? rc : (e->ended = true, 0);
+		if (rc != 0)
+			return job_stopped(j, e, rc);
 		if (e->done || e->violation)
 			return 0;
 	}
