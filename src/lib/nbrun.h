@@ -51,10 +51,17 @@ enum nbrun_status {
 	NBRUN_STATUS_FAILED,  /**< the run could not complete (engine, kernel death, bad notebook) */
 };
 
-/** Library version, e.g. "0.1.0". */
+/**
+ * The library's version.
+ * @return a static string, e.g. "0.1.0"
+ */
 NBRUN_EXPORT const char *nbrun_version(void);
 
-/** Name of a status as used in result documents ("ok", "error", ...). */
+/**
+ * Name of a status as used in result documents.
+ * @param status  a status
+ * @return a static string: "ok", "error", "timeout", "oom" or "failed" (also for a value outside the enum)
+ */
 NBRUN_EXPORT const char *nbrun_status_name(enum nbrun_status status);
 
 /* ---- context ----------------------------------------------------------- */
@@ -72,7 +79,11 @@ NBRUN_EXPORT int nbrun_ctx_new(struct nbrun_ctx **out);
 /** Release a context (NULL is fine). */
 NBRUN_EXPORT void nbrun_ctx_free(struct nbrun_ctx *ctx);
 
-/** One-line message describing the last failure on ctx ("" when none). */
+/**
+ * The message of the last failure on a context.
+ * @param ctx  a context
+ * @return one line owned by ctx ("" when none), valid until the next call on ctx
+ */
 NBRUN_EXPORT const char *nbrun_ctx_errmsg(const struct nbrun_ctx *ctx);
 
 /* ---- results ------------------------------------------------------------- */
@@ -84,17 +95,50 @@ NBRUN_EXPORT const char *nbrun_ctx_errmsg(const struct nbrun_ctx *ctx);
  */
 struct nbrun_result;
 
+/** Release a result (NULL is fine). */
 NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *result);
+/**
+ * How the run ended.
+ * @param result  a result
+ * @return its status
+ */
 NBRUN_EXPORT enum nbrun_status nbrun_result_status(const struct nbrun_result *result);
-/** The run id (also the suffix of the default output directory). */
+/**
+ * The run id (also the suffix of the default output directory).
+ * @param result  a result
+ * @return a string owned by result ("parse-..." for a parse)
+ */
 NBRUN_EXPORT const char *nbrun_result_run_id(const struct nbrun_result *result);
-/** One-line explanation for timeout/oom/failed, or NULL. */
+/**
+ * The one-line explanation of a timeout, oom or failed status.
+ * @param result  a result
+ * @return a string owned by result, or NULL when there is none
+ */
 NBRUN_EXPORT const char *nbrun_result_message(const struct nbrun_result *result);
-/** Bounded stdout / stderr of all cells, ANSI escapes removed. Never NULL. */
+/**
+ * The stdout of all cells, bounded (head and tail), ANSI escapes removed.
+ * @param result  a result
+ * @return a string owned by result, never NULL
+ */
 NBRUN_EXPORT const char *nbrun_result_stdout(const struct nbrun_result *result);
+/**
+ * The stderr of all cells, as nbrun_result_stdout().
+ * @param result  a result
+ * @return a string owned by result, never NULL
+ */
 NBRUN_EXPORT const char *nbrun_result_stderr(const struct nbrun_result *result);
-/** Number of last-expression values; nbrun_result_value() gets the i-th text/plain. */
+/**
+ * The number of last-expression values.
+ * @param result  a result
+ * @return the count; nbrun_result_value() gets each
+ */
 NBRUN_EXPORT size_t nbrun_result_value_count(const struct nbrun_result *result);
+/**
+ * A last-expression value as text/plain.
+ * @param result  a result
+ * @param i       0 to nbrun_result_value_count() - 1
+ * @return a string owned by result, or NULL when i is out of range
+ */
 NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *result, size_t i);
 /**
  * The first error a cell raised.
@@ -103,15 +147,44 @@ NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *result, s
  */
 NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *result, const char **name,
 				    const char **value, const char **traceback);
-/** Images written, as paths relative to the output directory. */
+/**
+ * The number of images written.
+ * @param result  a result
+ * @return the count; nbrun_result_image_path() gets each
+ */
 NBRUN_EXPORT size_t nbrun_result_image_count(const struct nbrun_result *result);
+/**
+ * An image written, as a path relative to the output directory.
+ * @param result  a result
+ * @param i       0 to nbrun_result_image_count() - 1
+ * @return a string owned by result, or NULL when i is out of range
+ */
 NBRUN_EXPORT const char *nbrun_result_image_path(const struct nbrun_result *result, size_t i);
-/** Files exported from /mnt/data, as paths relative to the output directory. */
+/**
+ * The number of files exported from /mnt/data.
+ * @param result  a result
+ * @return the count; nbrun_result_file_path() gets each
+ */
 NBRUN_EXPORT size_t nbrun_result_file_count(const struct nbrun_result *result);
+/**
+ * A file exported from /mnt/data, as a path relative to the output directory.
+ * @param result  a result
+ * @param i       0 to nbrun_result_file_count() - 1
+ * @return a string owned by result, or NULL when i is out of range
+ */
 NBRUN_EXPORT const char *nbrun_result_file_path(const struct nbrun_result *result, size_t i);
-/** Entries that were not exported (unsafe or over a cap), with reasons. */
+/**
+ * The number of entries not exported (unsafe or over a cap); the result
+ * document's "skipped" list has each with its reason.
+ * @param result  a result
+ * @return the count
+ */
 NBRUN_EXPORT size_t nbrun_result_skipped_count(const struct nbrun_result *result);
-/** Output directory of the run (absolute), or NULL. */
+/**
+ * The output directory of the run.
+ * @param result  a result
+ * @return an absolute path owned by result, or NULL (a parse without one)
+ */
 NBRUN_EXPORT const char *nbrun_result_out_dir(const struct nbrun_result *result);
 
 /**
@@ -234,8 +307,10 @@ NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx
 
 /**
  * Run an existing notebook (nbformat 4 JSON) like nbrun_run_code().
+ * @param out       receives the result; nbrun_result_free()
  * @param notebook  the notebook text
  * @param len       its length in bytes
+ * @return as nbrun_run_code(); NBRUN_EPARSE when the notebook is malformed
  */
 NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx *ctx,
 				    const char *notebook, size_t len,
