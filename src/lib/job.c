@@ -359,22 +359,47 @@ static int job_spool_fd(struct nbrun__job *j)
 	return fd;
 }
 
+static uint64_t job_max_file_bytes(const struct nbrun__job *j)
+{
+	return j->opts->max_file_bytes ? j->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES;
+}
+
+static size_t job_max_files(const struct nbrun__job *j)
+{
+	return j->opts->max_files ? j->opts->max_files : NBRUN_DEFAULT_MAX_FILES;
+}
+
+/* The archive of /mnt/data is bounded too: the data plus room for tar headers. */
+static uint64_t job_max_archive(const struct nbrun__job *j)
+{
+	return job_max_file_bytes(j) + (uint64_t)(job_max_files(j) * 4 + 64) * 1536 + (1u << 20);
+}
+
 /*
- * /mnt/data as a tar in fd: from the agent while the channel works, else
- * (deadline, a dead agent) through the engine's archive API.
+ * Ask for /mnt/data right behind the notebook: the agent answers requests
+ * in order, so the archive follows `done` without a round trip of its own.
+ */
+static int job_send_fetch(struct nbrun__job *j)
+{
+	return job_send(j, json_pack("{s:s, s:s, s:s, s:I}", "type", "fetch", "id", "data", "path",
+				     "/mnt/data", "max_bytes", (json_int_t)job_max_archive(j)),
+			NULL, 0);
+}
+
+/*
+ * /mnt/data as a tar in fd: the agent's answer to the fetch sent with the
+ * notebook while the channel works, else (deadline, a dead agent) through
+ * the engine's archive API.
  */
 static int job_fetch_data(struct nbrun__job *j, int fd, uint64_t max, bool use_channel, bool *cut)
 {
 	json_t *msg = NULL;
 	uint64_t deadline = job_after(JOB_REPLY_TIMEOUT_MS);
-	int rc;
+	int rc = 0;
 
 	*cut = false;
 	if (!use_channel)
 		return j->sb->ops->get_archive(j->sb, "/mnt/data", fd, max, cut);
-	rc = job_send(j, json_pack("{s:s, s:s, s:s, s:I}", "type", "fetch", "id", "data", "path",
-				   "/mnt/data", "max_bytes", (json_int_t)max),
-		      NULL, 0);
 	while (rc == 0) {
 		const char *type;
 
@@ -412,8 +437,8 @@ static int job_export_files(struct nbrun__job *j, bool use_channel)
 		.out_fd = j->out_fd,
 		.inputs = j->inputs,
 		.n_inputs = j->n_inputs,
-		.max_bytes = j->opts->max_file_bytes ? j->opts->max_file_bytes : NBRUN_DEFAULT_MAX_FILE_BYTES,
-		.max_files = j->opts->max_files ? j->opts->max_files : NBRUN_DEFAULT_MAX_FILES,
+		.max_bytes = job_max_file_bytes(j),
+		.max_files = job_max_files(j),
 	};
 	bool cut;
 	int fd, rc;
@@ -421,9 +446,7 @@ static int job_export_files(struct nbrun__job *j, bool use_channel)
 	fd = job_spool_fd(j);
 	if (fd < 0)
 		return fd;
-	/* The archive stream is bounded too: the data plus room for tar headers. */
-	rc = job_fetch_data(j, fd, x.max_bytes + (uint64_t)(x.max_files * 4 + 64) * 1536 + (1u << 20),
-			    use_channel, &cut);
+	rc = job_fetch_data(j, fd, job_max_archive(j), use_channel, &cut);
 	if (rc == 0) {
 		lseek(fd, 0, SEEK_SET);
 		rc = nbrun__export_files(j->ctx, &x, fd, cut);
@@ -466,6 +489,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 	rc = job_put_inputs(j);
 	if (rc == 0)
 		rc = job_send_execute(j, notebook, len);
+	if (rc == 0)
+		rc = job_send_fetch(j);
 	if (rc < 0)
 		return rc;
 

@@ -399,8 +399,10 @@ void nbrun__job_release(struct nbrun__job *job);
 /* A ready sandbox bound to ctx when the run fits the pool and one is ready, else NULL. */
 struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
 					 const struct nbrun_run_options *o);
-/* Hand a used sandbox (or a cold one of a pool run) to the pool's reaper. */
-void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb);
+/* Hand a used sandbox (or a cold one of a pool run) to the pool's reaper;
+ * leased: it came from nbrun__pool_lease() (sb may then be NULL: a lease
+ * whose run failed before it could be handed back). */
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The warm pool: sandboxes created, started and with their kernel ready
- * before a run needs them. A filler thread keeps `size` of them ready; a
- * reaper thread removes used ones, off the runs' critical path. A sandbox
- * serves one run and is never handed to another.
+ * before a run needs them. A filler thread keeps `size` of them ready (a
+ * leased one counts until its run ends, so that its replacement does not
+ * start while it runs); a reaper thread removes used ones, off the runs'
+ * critical path. A sandbox serves one run and is never handed to another.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@ struct nbrun_pool {
 	struct nbrun__sandbox_spec spec;
 	struct pool_item *ready;      /* LIFO: the newest is the warmest */
 	unsigned int n_ready, n_starting;
+	unsigned int n_leased;        /* taken by runs that have not ended yet */
 	struct pool_item *dead;       /* to remove */
 	bool reaper_busy;
 	uint64_t hits, misses, failures;
@@ -104,7 +106,9 @@ static void *pool_filler(void *arg)
 	while (!p->stop) {
 		struct nbrun__sandbox *sb;
 
-		if (p->n_ready + p->n_starting >= p->size) {
+		/* A leased sandbox keeps its place until its run ends: starting its
+		 * replacement at once would compete with that run for the CPU. */
+		if (p->n_ready + p->n_starting + p->n_leased >= p->size) {
 			pthread_cond_wait(&p->cond, &p->mu);
 			continue;
 		}
@@ -215,10 +219,12 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
 			}
 		}
 	}
-	if (sb)
+	if (sb) {
 		p->hits++;
-	else
+		p->n_leased++;
+	} else {
 		p->misses++;
+	}
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->mu);
 	if (sb)
@@ -226,10 +232,17 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
 	return sb;
 }
 
-void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb)
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased)
 {
 	struct pool_item *it;
 
+	if (leased) {
+		/* Its run is over: the filler may start its replacement now. */
+		pthread_mutex_lock(&p->mu);
+		p->n_leased--;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->mu);
+	}
 	if (!sb)
 		return;
 	it = malloc(sizeof(*it));

@@ -32,6 +32,7 @@ struct run {
 	int out_fd;
 	uint64_t t0_ms;
 	bool warm;              /* the sandbox came ready from a pool */
+	bool leased;            /* ... and has not been handed back yet */
 };
 
 static void run_progress(struct run *r, enum nbrun_phase phase)
@@ -251,7 +252,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	/* A warm sandbox names the run; a cold one is made for it below. */
 	if (run_pool(opts))
 		r.sb = nbrun__pool_lease(run_pool(opts), ctx, opts);
-	r.warm = r.sb != NULL;
+	r.warm = r.leased = r.sb != NULL;
 	if (r.sb)
 		snprintf(r.id, sizeof(r.id), "%s", r.sb->id);
 	else
@@ -281,8 +282,9 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	run_progress(&r, NBRUN_PHASE_CLEANUP);
 	if (run_pool(opts)) {
 		/* Removed by the pool's reaper, off the caller's path. */
-		nbrun__pool_discard(run_pool(opts), r.sb);
+		nbrun__pool_discard(run_pool(opts), r.sb, r.leased);
 		r.sb = NULL;
+		r.leased = false;
 	} else {
 		r.sb->ops->destroy(r.sb);
 	}
@@ -301,7 +303,10 @@ out:
 		run_finish_result(&r);
 		nbrun__result_write(NULL, r.job.result, r.out_fd);
 	}
-	nbrun__sandbox_free(r.sb);
+	if (r.leased)
+		nbrun__pool_discard(run_pool(opts), r.sb, true);
+	else
+		nbrun__sandbox_free(r.sb);
 	nbrun_result_free(r.job.result);
 	nbrun__job_release(&r.job);
 	free(r.out_dir);

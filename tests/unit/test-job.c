@@ -505,8 +505,22 @@ static void agent_drain(struct agent *a)
 	}
 }
 
+/*
+ * The agent's end goes away as a dead container's does: nbrun sees the
+ * stream end. What nbrun sent that was not read yet (the fetch that follows
+ * the notebook) is read first: closing a unix socket with unread data would
+ * reset the connection instead, which the engine's attach never does.
+ */
 static void agent_gone(struct agent *a)
 {
+	char junk[4096];
+
+	shutdown(a->fd, SHUT_WR);
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = { a->fd, POLLIN, 0 };
+		if (poll(&p, 1, 100) > 0 && recv(a->fd, junk, sizeof(junk), 0) <= 0)
+			break;
+	}
 	close(a->fd);
 	a->fd = -1;
 }
@@ -1071,7 +1085,7 @@ static void job_agent_gone(void **state)
 	agent_start(script_gone, 0);
 	assert_int_equal(run_job(), 0);
 	assert_agent_happy();
-	assert_false(agent_saw(&F.agent, "fetch"));
+	/* the fetch went out with the notebook; the files came through the engine */
 	assert_int_equal(F.fake.get_archive_calls, 1);
 	assert_status(NBRUN_STATUS_FAILED);
 	assert_message_has("stopped early");
@@ -1113,7 +1127,7 @@ static void job_deadline(void **state)
 	assert_agent_happy();
 	assert_status(NBRUN_STATUS_TIMEOUT);
 	assert_message_has("deadline");
-	assert_false(agent_saw(&F.agent, "fetch"));
+	/* the fetch went out with the notebook; the files came through the engine */
 	assert_int_equal(F.fake.get_archive_calls, 1); /* NBRUN_ENOTFOUND: no files, no crash */
 	assert_int_equal(nbrun_result_file_count(F.result), 0);
 }
@@ -1315,7 +1329,7 @@ static void check_violation(enum violation v)
 	assert_violation();
 	/* what came before is kept; the channel is not trusted for /mnt/data */
 	assert_string_equal(nbrun_result_stdout(F.result), "hello\n");
-	assert_false(agent_saw(&F.agent, "fetch"));
+	/* the fetch went out with the notebook; the files came through the engine */
 	assert_int_equal(F.fake.get_archive_calls, 1);
 }
 
