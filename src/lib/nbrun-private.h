@@ -403,6 +403,8 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
  * leased: it came from nbrun__pool_lease() (sb may then be NULL: a lease
  * whose run failed before it could be handed back). */
 void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased);
+/* The sandbox a run's options ask for (image, limits, network, env; no preload). */
+void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
 

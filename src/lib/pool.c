@@ -47,19 +47,6 @@ struct nbrun_pool {
 	bool have_filler, have_reaper;
 };
 
-static void pool_spec(struct nbrun_pool *p)
-{
-	p->spec = (struct nbrun__sandbox_spec){
-		.image = p->image,
-		.memory_bytes = p->run.memory_bytes,
-		.nano_cpus = p->run.nano_cpus,
-		.pids = p->run.pids,
-		.disk_bytes = p->run.disk_bytes,
-		.network = strcmp(p->network, "none") != 0,
-		.preload = p->preload,
-	};
-}
-
 /* Make one ready sandbox; NULL with the reason in ctx. */
 static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *ctx)
 {
@@ -303,7 +290,9 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 	}
 	p->run.image = p->image;
 	p->run.network = p->network;
-	pool_spec(p);
+	/* The runs' own sandbox, plus the preload (a pool takes no env). */
+	nbrun__run_sandbox_spec(&p->spec, &p->run);
+	p->spec.preload = p->preload;
 	/* Fail now, clearly, when there is no engine or no image; and remove
 	 * what killed processes of this host left behind. */
 	rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);

@@ -51,8 +51,7 @@ static struct nbrun_pool *run_pool(const struct nbrun_run_options *o)
 	return o->version >= 2 ? o->pool : NULL;
 }
 
-/* The sandbox the options ask for. */
-static void run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
+void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
 {
 	*s = (struct nbrun__sandbox_spec){
 		.image = o->image,
@@ -187,7 +186,7 @@ static int run_execute(struct run *r, json_t *nb, const char *notebook, size_t l
 	int rc = 0;
 
 	if (!r->sb->conn) {
-		run_sandbox_spec(&spec, r->opts);
+		nbrun__run_sandbox_spec(&spec, r->opts);
 		r->sb->ops->gc(r->sb);
 		run_progress(r, NBRUN_PHASE_CREATE);
 		rc = r->sb->ops->create(r->sb, &spec);
