@@ -1471,12 +1471,6 @@ for pid in pids:
             opened.append(path)
         except OSError as e:
             pass
-for path in ("/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/proc/self/fd/2"):
-    try:
-        with open(path, "wb", buffering=0) as f:
-            f.write(forged())
-    except OSError:
-        pass
 readable = []
 for pid in pids:
     try:
@@ -1499,13 +1493,23 @@ for pid in pids:
         others[pid] = uid
     except (OSError, IndexError):
         pass
-print("OPENED", opened)
-print("READABLE", readable)
-print("SIGNALLED", [p for p in signalled if others.get(p) != "1000"])
+# One write per line: the kernel forwards what reaches its own fd 1 (the
+# forgeries below) as output too, and it may land between two writes.
+print("OPENED %r" % (opened,))
+print("READABLE %r" % (readable,))
+print("SIGNALLED %r" % ([p for p in signalled if others.get(p) != "1000"],))
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
-print("SELF", status["Uid"].split(), status["CapEff"].strip(), status["CapBnd"].strip(),
-      status["CapPrm"].strip(), status["NoNewPrivs"].strip())
-print("ROOTS", sorted(set(others.values())))
+print("SELF %r %s %s %s %s" % (status["Uid"].split(), status["CapEff"].strip(), status["CapBnd"].strip(),
+      status["CapPrm"].strip(), status["NoNewPrivs"].strip()))
+print("ROOTS %r" % (sorted(set(others.values())),))
+import sys
+sys.stdout.flush()
+for path in ("/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/proc/self/fd/2"):
+    try:
+        with open(path, "wb", buffering=0) as f:
+            f.write(forged())
+    except OSError:
+        pass
 # %%
 print("cell two ran")
 # %%
