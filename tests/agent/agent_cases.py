@@ -86,6 +86,9 @@ class Agent:
                "--label", LABEL]
         for k, v in (env or {}).items():
             cmd += ["-e", "%s=%s" % (k, v)]
+        if os.environ.get("NBRUN_AGENT_FILE"):
+            # by hand: an agent being worked on, without rebuilding the image
+            cmd += ["-v", "%s:/opt/nbrun/nbrun-agent:ro" % os.environ["NBRUN_AGENT_FILE"]]
         cmd += list(extra) + [IMAGE, "/opt/nbrun/nbrun-agent"]
         self.t0 = time.monotonic()
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -640,6 +643,108 @@ def case_setup_refused():
         check(rc == 1, "%s: exit %r" % (what, rc))
         seen.append("%s (%s)" % (what, msg["message"][13:100]))
     return "error fatal instead of hello, exit 1: " + "; ".join(seen)
+
+
+
+def _tar_names(blob):
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tf:
+        return {m.name: (tf.extractfile(m).read() if m.isreg() else None) for m in tf.getmembers()}
+
+
+def case_session():
+    # A kernel kept across executes: state, execution counts going on,
+    # only what an execute changed fetched, listing, reading one file.
+    a = Agent()
+    a.ready()
+    _, done, _ = a.execute(["x = 41\nopen('/mnt/data/keep.txt', 'w').write('kept')"], rid="e1", mark=True)
+    check(done["status"] == "ok", "first execute %r" % done)
+    events, done, _ = a.execute(["x += 1\nprint(x)", "import os; os.makedirs('/mnt/data/sub', exist_ok=True)\n"
+                                 "open('/mnt/data/sub/new.csv', 'w').write('a,b')"],
+                                rid="e2", mark=True, count_from=1)
+    cells = cells_of(events)
+    check(done["status"] == "ok" and text(cells[0][1]) == "42\n", "state kept: %r %r" % (done, cells))
+    check([c[1]["execution_count"] for c in cells] == [2, 3], "counts %r" % [c[1]["execution_count"] for c in cells])
+    a.send({"type": "fetch", "id": "f1", "path": "/mnt/data", "max_bytes": 1 << 20, "changed": True})
+    _, msg, blob = a.expect("archive")
+    names = _tar_names(blob)
+    check(names.get("data/sub/new.csv") == b"a,b" and "data/keep.txt" not in names and "data/sub" not in names,
+          "changed-only archive holds %r" % sorted(names))
+    a.send({"type": "fetch", "id": "f2", "path": "/mnt/data", "max_bytes": 1 << 20})
+    _, msg, blob = a.expect("archive")
+    check("data/keep.txt" in _tar_names(blob), "a full fetch still holds everything")
+    a.send({"type": "list", "id": "l1", "path": "/mnt/data"})
+    _, msg, blob = a.expect("listing")
+    entries = {e["path"]: e for e in json.loads(blob)}
+    import hashlib
+    check(entries["keep.txt"]["sha256"] == hashlib.sha256(b"kept").hexdigest() and
+          entries["keep.txt"]["size"] == 4 and entries["sub"]["type"] == "directory" and
+          msg["truncated"] is False, "listing %r" % entries)
+    a.send({"type": "read", "id": "r1", "path": "/mnt/data/sub/new.csv", "max_bytes": 100})
+    _, msg, blob = a.expect("file")
+    check(blob == b"a,b" and msg["size"] == 3, "read %r %r" % (msg, blob))
+    a.execute(["import os; os.symlink('/etc/passwd', '/mnt/data/link')"], rid="e3")
+    for path, code in (("/mnt/data/link", "not_found"), ("/mnt/data/nope", "not_found"),
+                       ("/mnt/data/../etc/passwd", "bad_path"), ("/etc/passwd", "bad_path"),
+                       ("/mnt/data/sub", "not_a_file"), ("/mnt/data/keep.txt", "too_large")):
+        a.send({"type": "read", "id": "r2", "path": path, "max_bytes": 2})
+        _, msg, _ = a.expect("error")
+        check(msg.get("id") == "r2" and msg.get("code") == code and msg["fatal"] is False,
+              "read %s: %r" % (path, msg))
+    a.close()
+    return "state and counts kept across executes; a changed-only fetch; listing with sha256; read refuses links, '..', directories, oversize"
+
+
+def case_interrupt_restart():
+    a = Agent()
+    a.ready()
+    a.execute(["y = 7"], rid="e1")
+    a.send({"type": "execute", "id": "e2", "stream": True},
+           notebook(["import time\nprint('start', flush=True)\nwhile True: pass", "print('not run')"]))
+    t, msg, _ = a.recv(60)
+    check(msg["type"] == "output", "first output %r" % msg)
+    t0 = time.monotonic()
+    a.send({"type": "interrupt", "id": "i1", "target": "e2"})
+    got_ack = False
+    while True:
+        t, msg, blob = a.recv(30)
+        check(msg is not None, "stream ended")
+        if msg["type"] == "interrupted":
+            check(msg["id"] == "i1" and msg["running"] is True, "ack %r" % msg)
+            got_ack = True
+        elif msg["type"] == "done":
+            break
+        else:
+            check(msg["type"] in ("cell", "output"), "unexpected %r" % msg)
+    secs = time.monotonic() - t0
+    check(got_ack and done_like(msg, "error") and "interrupted" in msg["message"], "done %r" % msg)
+    events, done, _ = a.execute(["print(y)"], rid="e3")
+    check(done["status"] == "ok" and text(cells_of(events)[0][1]) == "7\n", "state after interrupt %r" % done)
+    # an interrupt for an execute that has not started stops it before its first cell
+    a.send({"type": "interrupt", "id": "i2", "target": "e4"})
+    _, ack, _ = a.expect("interrupted")
+    check(ack["running"] is False, "early ack %r" % ack)
+    events, done, _ = a.execute(["print('should not run')"], rid="e4")
+    check(done["status"] == "error" and not cells_of(events), "early interrupt %r %r" % (done, events))
+    a.send({"type": "restart", "id": "k1"})
+    _, ready, _ = a.expect("ready", 90)
+    check(ready.get("id") == "k1", "restart answer %r" % ready)
+    events, done, _ = a.execute(["print('y' in globals())"], rid="e5")
+    check(text(cells_of(events)[0][1]) == "False\n", "restart cleared variables: %r" % events)
+    # a dead kernel is restarted the same way
+    _, done, _ = a.execute(["import os; os._exit(3)"], rid="e6")
+    check(done["status"] == "dead", "dead %r" % done)
+    _, done, _ = a.execute(["1"], rid="e7")
+    check(done["status"] == "dead", "still dead %r" % done)
+    a.send({"type": "restart", "id": "k2"})
+    a.expect("ready", 90)
+    events, done, _ = a.execute(["print(6 * 7)"], rid="e8")
+    check(done["status"] == "ok" and text(cells_of(events)[0][1]) == "42\n", "after restart %r" % done)
+    a.close()
+    return "interrupt of a busy loop ended its execute in %.2f s, state kept; early interrupt; restart clears state and revives a dead kernel" % secs
+
+
+def done_like(msg, status):
+    return msg.get("type") == "done" and msg.get("status") == status
 
 
 def timings():
