@@ -98,18 +98,83 @@ static int job_put_inputs(struct nbrun__job *j)
 	return rc;
 }
 
+static const char *job_exec_id(const struct nbrun__job *j)
+{
+	return j->exec_id ? j->exec_id : "run";
+}
+
 static int job_send_execute(struct nbrun__job *j, const char *notebook, size_t len)
 {
 	const struct nbrun_run_options *o = j->opts;
 	uint64_t cell_ms = o->cell_timeout_ms;
+	json_t *msg;
 
 	if (!cell_ms)
 		cell_ms = o->timeout_ms > 2 * JOB_MARGIN_MS ? o->timeout_ms - JOB_MARGIN_MS
 							    : o->timeout_ms / 2;
-	return job_send(j, json_pack("{s:s, s:s, s:I, s:b}", "type", "execute", "id", "run",
-				     "cell_timeout", (json_int_t)(cell_ms < 1000 ? 1 : cell_ms / 1000),
-				     "stream", 0),
-			notebook, len);
+	msg = json_pack("{s:s, s:s, s:I, s:b}", "type", "execute", "id", job_exec_id(j),
+			"cell_timeout", (json_int_t)(cell_ms < 1000 ? 1 : cell_ms / 1000), "stream",
+			j->on_event != NULL);
+	/* A session marks /mnt/data to fetch only what this execution changed. */
+	if (msg && j->session &&
+	    (json_object_set_new(msg, "mark", json_true()) < 0 ||
+	     json_object_set_new(msg, "stop_on_error", json_true()) < 0 ||
+	     json_object_set_new(msg, "count_from", json_integer(j->count_from)) < 0)) {
+		json_decref(msg);
+		msg = NULL;
+	}
+	return job_send(j, msg, notebook, len);
+}
+
+/* ---- live events ------------------------------------------------------------- */
+
+static void job_line(char *dst, size_t dstsz, const char *src);
+
+static void job_event(struct nbrun__job *j, json_t *ev)
+{
+	char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+
+	if (text)
+		j->on_event(text, strlen(text), j->event_payload);
+	free(text);
+	json_decref(ev);
+}
+
+/* An output as the agent streamed it: only its shape is checked (the cell message is the authority). */
+static void job_event_output(struct nbrun__job *j, const json_t *msg)
+{
+	json_t *out = json_object_get(msg, "output");
+	json_t *cell = json_object_get(msg, "cell");
+
+	if (!j->on_event || !json_is_object(out) || !json_is_integer(cell) ||
+	    !json_is_string(json_object_get(out, "output_type")))
+		return;
+	job_event(j, json_pack("{s:s, s:O, s:O}", "event", "output", "cell", cell, "output", out));
+}
+
+static void job_event_cell(struct nbrun__job *j, const json_t *nb, const json_t *msg)
+{
+	json_t *cell = json_object_get(msg, "cell");
+	const json_t *c = json_array_get(json_object_get(nb, "cells"), (size_t)json_integer_value(cell));
+	const json_t *count = json_object_get(c, "execution_count");
+	char status[16];
+
+	if (!j->on_event)
+		return;
+	job_line(status, sizeof(status), json_string_value(json_object_get(msg, "status")));
+	job_event(j, json_pack("{s:s, s:O, s:s, s:I, s:O}", "event", "cell", "cell", cell, "status",
+			       status, "duration_ms",
+			       json_integer_value(json_object_get(msg, "duration_ms")),
+			       "execution_count", json_is_integer(count) ? count : json_null()));
+}
+
+/* Ask the agent to interrupt this execution (another thread raised the flag). */
+static int job_send_interrupt(struct nbrun__job *j)
+{
+	__atomic_store_n(j->interrupt, 0, __ATOMIC_SEQ_CST);
+	return job_send(j, json_pack("{s:s, s:s, s:s}", "type", "interrupt", "id", "interrupt",
+				     "target", job_exec_id(j)),
+			NULL, 0);
 }
 
 /* ---- execution ---------------------------------------------------------------- */
@@ -139,6 +204,12 @@ struct job_end {
 	char message[300];    /* done.message, or what broke */
 	uint64_t values;      /* JSON values received in cells */
 	uint64_t bytes;       /* bytes of executed cells received */
+	/* The first cell whose execute_reply said error (-1: none), and what the
+	 * reply named: a cell may fail without an error output (IPython's
+	 * UsageError for an unknown magic writes only to stderr). */
+	int err_cell;
+	char err_name[128];
+	char err_value[300];
 };
 
 /* A printable one-line copy of an untrusted text: controls (C0, DEL, C1) become spaces. */
@@ -246,6 +317,52 @@ static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 		return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: an executed cell that is not a code cell");
 	}
 	json_array_set_new(cells, (size_t)i, cell);
+	if (!strcmp(json_string_value(json_object_get(msg, "status")) ?: "", "error") &&
+	    (e->err_cell < 0 || i < e->err_cell)) {
+		e->err_cell = (int)i;
+		job_line(e->err_name, sizeof(e->err_name), json_string_value(json_object_get(msg, "ename")));
+		job_line(e->err_value, sizeof(e->err_value),
+			 json_string_value(json_object_get(msg, "evalue")));
+	}
+	return 0;
+}
+
+/*
+ * A cell is an error when its execute_reply said so, whatever outputs it
+ * has: the result's error is then that cell's (the first one), named as the
+ * reply named it. An agent that does not send the name still says "cell N
+ * raised NAME" in done.
+ */
+static int job_reply_errors(struct nbrun__job *j, const struct job_end *e)
+{
+	json_t *doc = j->result->doc, *have = json_object_get(doc, "error"), *err;
+	json_int_t cell = e->err_cell;
+	char name[128], value[300];
+	int n = 0;
+
+	snprintf(name, sizeof(name), "%s", e->err_name);
+	snprintf(value, sizeof(value), "%s", e->err_value);
+	if (cell < 0 && !(e->done && !strcmp(e->status, "error")))
+		return 0;
+	if (!name[0] || cell < 0) {
+		int c = -1;
+		if (sscanf(e->message, "cell %d raised %n", &c, &n) == 1 && n > 0) {
+			if (!name[0])
+				snprintf(name, sizeof(name), "%.*s", (int)strcspn(e->message + n, " "),
+					 e->message + n);
+			if (cell < 0)
+				cell = c;
+		}
+	}
+	if (json_is_object(have) && (cell < 0 || json_integer_value(json_object_get(have, "cell")) <= cell))
+		return 0; /* an error output of this cell, or of an earlier one, says it already */
+	if (!value[0])
+		snprintf(value, sizeof(value), "the kernel reported an error without an error output");
+	err = json_pack("{s:I, s:s, s:s, s:s}", "cell", cell < 0 ? (json_int_t)0 : cell, "name",
+			name[0] ? name : "Error", "value", value, "traceback", "");
+	if (!err || json_object_set_new(doc, "error", err) < 0)
+		return nbrun__err(j->ctx, NBRUN_ENOMEM, "out of memory");
+	nbrun__result_set_status(j->result, NBRUN_STATUS_ERROR, NULL);
 	return 0;
 }
 
@@ -301,11 +418,18 @@ static int job_stopped(struct nbrun__job *j, struct job_end *e, int rc)
  */
 static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 {
+	j->sb->ch.poke = j->interrupt;
 	for (;;) {
 		json_t *msg = NULL;
 		const char *type;
 		int rc = nbrun__chan_recv(&j->sb->ch, &msg, j->deadline_ms);
 
+		if (rc == 3) {
+			rc = job_send_interrupt(j);
+			if (rc < 0)
+				return job_stopped(j, e, rc);
+			continue;
+		}
 		if (rc != 1)
 			return job_stopped(j, e, rc);
 		type = json_string_value(json_object_get(msg, "type"));
@@ -319,6 +443,10 @@ static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 			e->violation = true;
 		} else if (!strcmp(type, "cell")) {
 			rc = job_take_cell(j, nb, msg, e);
+			if (rc == 0)
+				job_event_cell(j, nb, msg);
+		} else if (!strcmp(type, "output")) {
+			job_event_output(j, msg);
 		} else if (!strcmp(type, "done")) {
 			rc = job_take_done(j, nb, msg, e);
 		} else if (!strcmp(type, "error")) {
@@ -326,7 +454,7 @@ static int job_follow(struct nbrun__job *j, json_t *nb, struct job_end *e)
 			job_line(line, sizeof(line), json_string_value(json_object_get(msg, "message")));
 			snprintf(e->message, sizeof(e->message), "the sandbox refused the run: %s", line);
 			e->violation = json_is_true(json_object_get(msg, "fatal")) ||
-				       !strcmp(json_string_value(json_object_get(msg, "id")) ?: "", "run") ||
+				       !strcmp(json_string_value(json_object_get(msg, "id")) ?: "", job_exec_id(j)) ||
 				       !strcmp(json_string_value(json_object_get(msg, "id")) ?: "", "inputs");
 		}
 		/* Data of messages not looked at (newer types, streamed outputs) is skipped. */
@@ -381,8 +509,9 @@ static uint64_t job_max_archive(const struct nbrun__job *j)
  */
 static int job_send_fetch(struct nbrun__job *j)
 {
-	return job_send(j, json_pack("{s:s, s:s, s:s, s:I}", "type", "fetch", "id", "data", "path",
-				     "/mnt/data", "max_bytes", (json_int_t)job_max_archive(j)),
+	return job_send(j, json_pack("{s:s, s:s, s:s, s:I, s:b}", "type", "fetch", "id", "data", "path",
+				     "/mnt/data", "max_bytes", (json_int_t)job_max_archive(j),
+				     "changed", j->session),
 			NULL, 0);
 }
 
@@ -483,6 +612,7 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 	int rc, slow_cell = -1;
 
 	memset(&e, 0, sizeof(e));
+	e.err_cell = -1;
 	if (!j->sb->conn)
 		return nbrun__err(j->ctx, NBRUN_EINVAL, "the sandbox has no channel");
 	job_progress(j, NBRUN_PHASE_UPLOAD);
@@ -496,8 +626,10 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 
 	job_progress(j, NBRUN_PHASE_EXECUTE);
 	rc = job_follow(j, nb, &e);
+	j->sb->ch.poke = NULL;
 	if (rc < 0)
 		return rc;
+	snprintf(j->end_status, sizeof(j->end_status), "%s", e.done ? e.status : "");
 	if (!e.done) {
 		rc = j->sb->ops->state(j->sb, &st);
 		if (rc < 0)
@@ -511,6 +643,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		rc = job_write_notebook(j, nb);
 		if (rc == 0)
 			rc = nbrun__outputs_parse(j->ctx, j->result, nb, j->out_fd, &j->lim);
+		if (rc == 0)
+			rc = job_reply_errors(j, &e);
 		if (rc == 0)
 			slow_cell = job_timed_out_cell(nb);
 		if (rc < 0)

@@ -129,6 +129,18 @@ def case_error_keeps_earlier_cells():
     finish(doc, out)
 
 
+def case_reply_error():
+    # IPython answers an unknown magic with an execute_reply of status error
+    # and no error output: still a failed cell (exit 1, the error named).
+    rc, doc, out, err = run(["-c", "%undefined_magic_xyz"])
+    check(rc == 1, "exit %d (want 1)" % rc)
+    check(doc["status"] == "error", doc["status"])
+    e = doc["error"]
+    check(e and e["cell"] == 0 and e["name"] == "UsageError", e)
+    check("undefined_magic_xyz" in e["value"], e)
+    finish(doc, out)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"

@@ -1019,6 +1019,78 @@ static void job_cell_error(void **state)
 	assert_string_equal(nbrun_result_stdout(F.result), "hello\n");
 }
 
+/* IPython answers a line magic it does not know with an execute_reply of
+ * status error and no error output (only a line on stderr). */
+static const char CELL2_MAGIC[] =
+	"{\"cell_type\":\"code\",\"id\":\"c2\",\"source\":\"%undefined_magic_xyz\",\"metadata\":{},"
+	"\"execution_count\":2,\"outputs\":["
+	"{\"output_type\":\"stream\",\"name\":\"stderr\",\"text\":\"UsageError: Line magic function "
+	"`%undefined_magic_xyz` not found.\\n\"}]}";
+
+static void script_reply_error(struct agent *a)
+{
+	/* arg 1: an older agent, whose cell message names no error */
+	const char *with = "{\"type\":\"cell\",\"id\":\"run\",\"cell\":2,\"status\":\"error\",\"duration_ms\":1,"
+			   "\"ename\":\"UsageError\",\"evalue\":\"Line magic function `%undefined_magic_xyz` not found.\"}";
+	const char *without = "{\"type\":\"cell\",\"id\":\"run\",\"cell\":2,\"status\":\"error\",\"duration_ms\":1}";
+
+	if (agent_hello(a) && agent_take_run(a) && agent_cell(a, 0, CELL0) &&
+	    agent_send_str(a, a->arg ? without : with, CELL2_MAGIC) &&
+	    agent_done(a, "error", "cell 2 raised UsageError"))
+		agent_serve_fetch(a);
+}
+
+/* A cell whose execute_reply said error is an error, whatever its outputs. */
+static void job_reply_error_without_output(void **state)
+{
+	const char *name = NULL, *value = NULL, *tb = NULL;
+	const json_t *e;
+
+	(void)state;
+	agent_start(script_reply_error, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_status(NBRUN_STATUS_ERROR);
+	assert_int_equal(nbrun_result_error(F.result, &name, &value, &tb), 1);
+	assert_string_equal(name, "UsageError");
+	assert_string_equal(value, "Line magic function `%undefined_magic_xyz` not found.");
+	e = json_object_get(F.result->doc, "error");
+	assert_int_equal(json_integer_value(json_object_get(e, "cell")), 2);
+	assert_string_equal(nbrun_result_stderr(F.result),
+			    "UsageError: Line magic function `%undefined_magic_xyz` not found.\n");
+}
+
+static void job_reply_error_older_agent(void **state)
+{
+	const char *name = NULL;
+
+	(void)state;
+	agent_start(script_reply_error, 1);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_status(NBRUN_STATUS_ERROR);
+	assert_int_equal(nbrun_result_error(F.result, &name, NULL, NULL), 1);
+	assert_string_equal(name, "UsageError");
+}
+
+/* done says error although no cell message did: still an error. */
+static void script_done_error_only(struct agent *a)
+{
+	if (agent_hello(a) && agent_take_run(a) && agent_cell(a, 0, CELL0) &&
+	    agent_cell(a, 2, CELL2) && agent_done(a, "error", "cell 2 raised SystemError"))
+		agent_serve_fetch(a);
+}
+
+static void job_done_error_only(void **state)
+{
+	(void)state;
+	agent_start(script_done_error_only, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_status(NBRUN_STATUS_ERROR);
+	assert_int_equal(nbrun_result_error(F.result, NULL, NULL, NULL), 1);
+}
+
 static void script_cell_timeout(struct agent *a)
 {
 	if (agent_hello(a) && agent_take_run(a) && agent_cell(a, 0, CELL0) &&
@@ -1743,6 +1815,9 @@ int main(int argc, char **argv)
 		T(job_ok),
 		T(job_fetch_outside_top),
 		T(job_cell_error),
+		T(job_reply_error_without_output),
+		T(job_reply_error_older_agent),
+		T(job_done_error_only),
 		T(job_cell_timeout),
 		T(job_kernel_dead),
 		T(job_agent_gone),
