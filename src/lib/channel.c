@@ -27,6 +27,8 @@ void nbrun__chan_init(struct nbrun__chan *ch, struct nbrun__conn *conn, struct n
 	ch->blob_left = -1;
 	ch->blob_end = false;
 	ch->broken = false;
+	ch->poke = NULL;
+	ch->at_boundary = false;
 }
 
 void nbrun__chan_header(unsigned char h[8], char kind, uint32_t len)
@@ -53,7 +55,7 @@ static int chan_broken(struct nbrun__chan *ch, int err)
 	return nbrun__errno(ch->ctx, NBRUN_EENGINE, err, "the channel to the sandbox broke");
 }
 
-/* Wait for the connection: 0 ready, 2 deadline, < 0 cancel. */
+/* Wait for the connection: 0 ready, 2 deadline, 3 poked (between messages only), < 0 cancel. */
 static int chan_wait(struct nbrun__chan *ch, short events, uint64_t deadline_ms)
 {
 	for (;;) {
@@ -65,6 +67,8 @@ static int chan_wait(struct nbrun__chan *ch, short events, uint64_t deadline_ms)
 			return nbrun__err(ch->ctx, NBRUN_ECANCELLED, "interrupted");
 		if (deadline_ms && now >= deadline_ms)
 			return 2;
+		if (ch->at_boundary && ch->poke && *ch->poke)
+			return 3;
 		if (deadline_ms && deadline_ms - now < (uint64_t)slice)
 			slice = (int)(deadline_ms - now);
 		n = poll(&p, 1, slice);
@@ -205,7 +209,10 @@ int nbrun__chan_recv(struct nbrun__chan *ch, json_t **out, uint64_t deadline_ms)
 		return nbrun__err(ch->ctx, NBRUN_EENGINE, "the channel to the sandbox is closed");
 	if (ch->blob_left >= 0 || ch->blob_end)
 		return nbrun__err(ch->ctx, NBRUN_EINVAL, "the data of the last message was not read");
+	/* A header not yet whole stays buffered, so a poke may stop the wait here. */
+	ch->at_boundary = true;
 	rc = chan_header(ch, &kind, &len, deadline_ms);
+	ch->at_boundary = false;
 	if (rc != 1)
 		return rc;
 	if (kind != CHAN_KIND_JSON)

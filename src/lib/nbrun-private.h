@@ -247,6 +247,10 @@ struct nbrun__chan {
 	int64_t blob_left;   /* -1: no blob pending; else bytes of it still to read */
 	bool blob_end;       /* the E frame of the pending blob is still to come */
 	bool broken;         /* a violation or a dead connection: nothing more to read */
+	/* When raised, a receive waiting between two messages returns 3 (the
+	 * caller has something to send first, e.g. an interrupt). */
+	const volatile sig_atomic_t *poke;
+	bool at_boundary;
 };
 
 void nbrun__chan_init(struct nbrun__chan *ch, struct nbrun__conn *conn, struct nbrun_ctx *ctx,
@@ -261,7 +265,8 @@ int nbrun__chan_send(struct nbrun__chan *ch, json_t *msg, const void *blob, size
 /*
  * The next message. 1 with *out (its "blob", if any, must be read next with
  * nbrun__chan_recv_blob), 0 at the end of the stream, 2 when the deadline
- * passed; NBRUN_EPARSE on a protocol violation ("sandbox protocol violation:
+ * passed, 3 when ch->poke was raised while no message had begun to arrive;
+ * NBRUN_EPARSE on a protocol violation ("sandbox protocol violation:
  * ..." on the context), other < 0 on a broken connection or cancel.
  */
 int nbrun__chan_recv(struct nbrun__chan *ch, json_t **out, uint64_t deadline_ms);
@@ -378,7 +383,16 @@ struct nbrun__job {
 	int out_fd;              /* the output directory */
 	const char *out_dir;     /* its absolute name */
 	uint64_t deadline_ms;    /* monotonic */
+	/* a session's execution (all zero for a run) */
+	bool session;            /* mark /mnt/data, fetch only what changed, stop at an error */
+	unsigned int count_from; /* execution counts go on from here */
+	const char *exec_id;     /* the execute's id (NULL: "run") */
+	nbrun_event_cb on_event; /* live events (also a run's, from its options) */
+	void *event_payload;
+	/* raised by another thread: interrupt the execution (cleared when sent) */
+	volatile sig_atomic_t *interrupt;
 	/* filled by the job */
+	char end_status[16];     /* done.status ("" when no done came) */
 	struct nbrun__export_input *inputs;
 	size_t n_inputs;
 };
@@ -403,6 +417,8 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
  * leased: it came from nbrun__pool_lease() (sb may then be NULL: a lease
  * whose run failed before it could be handed back). */
 void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased);
+/* mkdir -p want (NULL: ./nbrun-out/<id>), then require it empty; its absolute name and an fd. */
+int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id, char **dir, int *fd);
 /* The sandbox a run's options ask for (image, limits, network, env; no preload). */
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */

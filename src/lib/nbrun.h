@@ -244,6 +244,20 @@ enum nbrun_phase {
 };
 typedef void (*nbrun_progress_cb)(enum nbrun_phase phase, void *payload);
 
+/**
+ * Live events of an execution, as it happens: one JSON object per call
+ * (json is len bytes, NUL-terminated, valid only during the call), in the
+ * order the kernel produced them:
+ *  - {"event": "output", "cell": N, "output": {an nbformat output}}: a
+ *    stream chunk, a display, a result or an error (an output over 1 MiB
+ *    comes as {"output_type": ..., "omitted": BYTES}; the result has it);
+ *  - {"event": "cell", "cell": N, "status": "ok"|"error"|"timeout",
+ *    "duration_ms": MS, "execution_count": C}: a code cell finished.
+ * The callback runs in the thread executing; it must not call back into
+ * the library on the same run or session.
+ */
+typedef void (*nbrun_event_cb)(const char *json, size_t len, void *payload);
+
 struct nbrun_run_options {
 	unsigned int version;
 	const char *image;          /**< runtime image ("jupyter-runtime:<version>", falling back to ":latest") */
@@ -278,13 +292,16 @@ struct nbrun_run_options {
 	 * it (in the background).
 	 */
 	struct nbrun_pool *pool;
+	/** Version 3: live events (outputs as they come, cells as they end), or NULL. */
+	nbrun_event_cb on_event;
+	void *event_payload;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 2
+#define NBRUN_RUN_OPTIONS_VERSION 3
 #define NBRUN_RUN_OPTIONS_INIT                                                                   \
 	{                                                                                        \
 		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
 			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL, NULL                                                         \
+			NULL, NULL, NULL, NULL, NULL                                             \
 	}
 
 /**
@@ -397,6 +414,116 @@ NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_poo
  * @return 0, or NBRUN_EINVAL when pool or buf is NULL
  */
 NBRUN_EXPORT int nbrun_pool_last_error(char *buf, size_t len, struct nbrun_pool *pool);
+
+/* ---- sessions -------------------------------------------------------------- */
+
+/**
+ * A session: one sandbox and its kernel kept across many executions, so
+ * that variables, imports and the files in /mnt/data stay between calls.
+ * The sandbox serves this session only and is destroyed when it closes.
+ * One call at a time per session, from any thread, except
+ * nbrun_session_interrupt(), which may come from another thread while an
+ * execution runs.
+ */
+struct nbrun_session;
+
+/**
+ * Open a session: a ready sandbox from opts->pool when its limits fit (it
+ * leaves the pool at once), else a new one; opts->files are uploaded to
+ * /mnt/data. Of the run options, the image, limits, network, env, files,
+ * pool and cancel apply; timeout_ms bounds the opening.
+ * @param out  receives the session; nbrun_session_close()
+ * @param ctx  the context for this call's message; the session keeps its own
+ * @return 0; NBRUN_EINVAL, NBRUN_ENOTFOUND (an input file), NBRUN_EENGINE,
+ *         NBRUN_ENOIMAGE, NBRUN_ECANCELLED, NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx *ctx,
+				    const struct nbrun_run_options *opts);
+
+/** Options of one execution in a session. */
+struct nbrun_exec_options {
+	unsigned int version;
+	uint64_t timeout_ms;       /**< the execution (60 s): its cell is interrupted then, the kernel kept */
+	/** Output directory (created; must not exist or be empty). NULL: ./nbrun-out/<session>-<n>. */
+	const char *out_dir;
+	struct nbrun_parse_limits limits;
+	uint64_t max_file_bytes;   /**< bytes exported from /mnt/data (256 MiB) */
+	size_t max_files;          /**< entries exported (1000) */
+	nbrun_event_cb on_event;   /**< live events, or NULL */
+	void *event_payload;
+};
+#define NBRUN_EXEC_OPTIONS_VERSION 1
+#define NBRUN_EXEC_OPTIONS_INIT { NBRUN_EXEC_OPTIONS_VERSION, 60000, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, NULL }
+
+/**
+ * Execute code in the session's kernel ("# %%" lines split it into cells;
+ * execution stops at the first cell that raises). The result is a run's
+ * document for this execution only: its outputs, and in "files" what it
+ * created or changed in /mnt/data.
+ * @param out   receives the result; nbrun_result_free()
+ * @param code  NUL-terminated source
+ * @return 0 when a result was made (a dead kernel gives status failed and
+ *         nbrun_session_kernel_dead() true); NBRUN_EINVAL, NBRUN_EENGINE
+ *         (the sandbox is gone: close the session), NBRUN_EIO, NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_session_execute(struct nbrun_result **out, struct nbrun_session *s,
+				       const char *code, const struct nbrun_exec_options *opts);
+
+/**
+ * Interrupt the running execution (its cell gets KeyboardInterrupt; the
+ * kernel and its state stay). Thread-safe.
+ * @return 1 when an execution was running, 0 when none was
+ */
+NBRUN_EXPORT int nbrun_session_interrupt(struct nbrun_session *s);
+
+/**
+ * Restart the kernel: its state is gone, the files in /mnt/data stay; a
+ * dead kernel comes back.
+ * @return 0, NBRUN_EENGINE (the kernel did not start; message on the session)
+ */
+NBRUN_EXPORT int nbrun_session_restart(struct nbrun_session *s);
+
+/**
+ * Write a file into /mnt/data.
+ * @param path  relative to /mnt/data: no "..", not absolute, no control characters
+ * @return 0, NBRUN_EINVAL (bad path, or a link or file in its way), NBRUN_EENGINE
+ */
+NBRUN_EXPORT int nbrun_session_put_file(struct nbrun_session *s, const char *path,
+					const void *data, size_t len);
+
+/**
+ * Copy a regular file of /mnt/data into fd. No symbolic link is followed.
+ * @param max  the most bytes taken
+ * @return 0, NBRUN_ENOTFOUND (no such regular file, or a link on the way),
+ *         NBRUN_EINVAL (bad path, or larger than max), NBRUN_EENGINE, NBRUN_EIO
+ */
+NBRUN_EXPORT int nbrun_session_get_file(struct nbrun_session *s, const char *path, int fd,
+					uint64_t max);
+
+/**
+ * What /mnt/data holds: a JSON array text of {"path", "type" ("file",
+ * "directory", "symlink", "other"), "size", "mtime", "sha256" (files)}.
+ * @param out  receives the text; free()
+ * @param truncated  set when the listing stopped at 10,000 entries (may be NULL)
+ */
+NBRUN_EXPORT int nbrun_session_list_files(char **out, int *truncated, struct nbrun_session *s);
+
+/**
+ * The session's history as one executed notebook (nbformat 4 JSON): every
+ * cell of every execution, in order, with its outputs.
+ * @param out  receives the text; free()
+ */
+NBRUN_EXPORT int nbrun_session_notebook(char **out, struct nbrun_session *s);
+
+/** The session's id (12 hex digits; also its sandbox's name). */
+NBRUN_EXPORT const char *nbrun_session_id(const struct nbrun_session *s);
+/** Non-zero when the kernel died (execute fails until nbrun_session_restart()). */
+NBRUN_EXPORT int nbrun_session_kernel_dead(const struct nbrun_session *s);
+/** The message of the session's last failure ("" when none). */
+NBRUN_EXPORT const char *nbrun_session_errmsg(const struct nbrun_session *s);
+
+/** Destroy the session's sandbox and release it (NULL is fine). */
+NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s);
 
 /**
  * Remove containers and volumes left by earlier runs (for example after

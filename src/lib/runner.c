@@ -110,31 +110,32 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 }
 
 /* mkdir -p, then require an empty directory: a run never mixes with old files. */
-static int run_open_out_dir(struct run *r)
+int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id, char **out_dir,
+			int *out_fd)
 {
 	char *dir = NULL;
 	char cwd[PATH_MAX];
 	int fd = -1, rc = 0;
 	DIR *d;
 
-	if (r->opts->out_dir) {
-		if (r->opts->out_dir[0] == '/')
-			dir = strdup(r->opts->out_dir);
+	if (want) {
+		if (want[0] == '/')
+			dir = strdup(want);
 		else if (getcwd(cwd, sizeof(cwd)))
-			rc = asprintf(&dir, "%s/%s", cwd, r->opts->out_dir) < 0 ? -1 : 0;
+			rc = asprintf(&dir, "%s/%s", cwd, want) < 0 ? -1 : 0;
 	} else if (getcwd(cwd, sizeof(cwd))) {
-		rc = asprintf(&dir, "%s/nbrun-out/%s", cwd, r->id) < 0 ? -1 : 0;
+		rc = asprintf(&dir, "%s/nbrun-out/%s", cwd, id) < 0 ? -1 : 0;
 	}
 	if (!dir || rc < 0)
-		return nbrun__err(r->ctx, NBRUN_ENOMEM, "cannot make the output directory name");
+		return nbrun__err(ctx, NBRUN_ENOMEM, "cannot make the output directory name");
 	rc = path_mkdir_p(dir, 0755);
 	if (rc < 0) {
-		rc = nbrun__errno(r->ctx, NBRUN_EIO, -rc, "cannot create %s", dir);
+		rc = nbrun__errno(ctx, NBRUN_EIO, -rc, "cannot create %s", dir);
 		goto out;
 	}
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
-		rc = nbrun__errno(r->ctx, NBRUN_EIO, errno, "cannot open %s", dir);
+		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot open %s", dir);
 		goto out;
 	}
 	d = fdopendir(dup(fd));
@@ -142,7 +143,7 @@ static int run_open_out_dir(struct run *r)
 		struct dirent *de;
 		while ((de = readdir(d)))
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-				rc = nbrun__err(r->ctx, NBRUN_EINVAL,
+				rc = nbrun__err(ctx, NBRUN_EINVAL,
 						"output directory %s is not empty", dir);
 				break;
 			}
@@ -150,8 +151,8 @@ static int run_open_out_dir(struct run *r)
 	}
 	if (rc < 0)
 		goto out;
-	r->out_dir = dir;
-	r->out_fd = fd;
+	*out_dir = dir;
+	*out_fd = fd;
 	dir = NULL;
 	fd = -1;
 out:
@@ -233,6 +234,10 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	r.job.ctx = ctx;
 	r.job.opts = opts;
 	r.job.out_fd = -1;
+	if (opts->version >= 3) {
+		r.job.on_event = opts->on_event;
+		r.job.event_payload = opts->event_payload;
+	}
 	nbrun__limits_resolve(&r.job.lim, &opts->limits);
 	r.job.deadline_ms = clock_mono_ms() + opts->timeout_ms;
 	for (size_t i = 0; i < opts->file_count; i++)
@@ -258,7 +263,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		rc = nbrun__random_id(ctx, r.id);
 	if (rc < 0)
 		goto out;
-	rc = run_open_out_dir(&r);
+	rc = nbrun__out_dir_open(ctx, opts->out_dir, r.id, &r.out_dir, &r.out_fd);
 	if (rc < 0)
 		goto out;
 	r.job.out_fd = r.out_fd;
