@@ -118,6 +118,7 @@ int cmd_parse(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
 
 /*
  * nbrun run --server: send one run to an nbrun serve and handle its reply

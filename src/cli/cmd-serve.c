@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "path.h"
 #include "cli.h"
+#include "mcp.h"
 #include "serve.h"
 
 /* How long SIGTERM waits for cancelled runs to clean up before giving up on them. */
@@ -48,6 +49,7 @@ static void serve_help(void)
 	       "  GET  /v1/runs/ID[/notebook|/images/NAME|/files/PATH]   a kept run's outputs\n"
 	       "  GET  /v1/health               no token needed, no secrets\n"
 	       "  GET  /metrics                 Prometheus text\n"
+	       "  POST /mcp                     the MCP server of 'nbrun mcp' (Streamable HTTP)\n"
 	       "Every request but health needs 'Authorization: Bearer TOKEN'.\n"
 	       "\n"
 	       "Server:\n"
@@ -609,6 +611,11 @@ int cmd_serve(int argc, char **argv)
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
 
+	s.mcp = mcp_server_new(&s);
+	if (!s.mcp) {
+		cli_error("out of memory");
+		goto out;
+	}
 	http = serve_http_start(&s, fd);
 	fd = -1;
 	if (!http)
@@ -627,6 +634,7 @@ int cmd_serve(int argc, char **argv)
 	fprintf(stderr, "nbrun: serve: stopping: no new connections, cancelling %u running runs\n",
 		s.runs_active);
 	serve_http_quiesce(http);
+	mcp_server_cancel_all(s.mcp);
 	if (socket_made) {
 		unlink(sock_path);
 		socket_made = false;
@@ -648,6 +656,7 @@ int cmd_serve(int argc, char **argv)
 	ret = CLI_EXIT_OK;
 out:
 	serve_http_stop(http);
+	mcp_server_free(s.mcp);
 	/* Every warm sandbox is removed before the server exits. */
 	nbrun_pool_free(s.pool);
 	if (fd >= 0)

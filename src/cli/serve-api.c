@@ -622,7 +622,9 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	opts.file_count = req->file_count;
 	opts.env = (const char *const *)req->env;
 	opts.env_count = req->env_count;
-	opts.cancel = s->stopping;
+	opts.cancel = req->cancel ? req->cancel : s->stopping;
+	opts.progress = req->progress;
+	opts.payload = req->payload;
 	if (req->timeout_ms) {
 		opts.timeout_ms = req->timeout_ms;
 		if (opts.cell_timeout_ms > opts.timeout_ms)

@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "cli.h"
+#include "mcp.h"
 #include "serve.h"
 
 /* More than this many connections at once are refused by libmicrohttpd. */
@@ -35,12 +36,14 @@ enum serve_route {
 	ROUTE_RUN_NOTEBOOK,  /* GET /v1/runs/{id}/notebook */
 	ROUTE_RUN_IMAGE,     /* GET /v1/runs/{id}/images/{name} */
 	ROUTE_RUN_FILE,      /* GET /v1/runs/{id}/files/{path} */
+	ROUTE_MCP,           /* POST, DELETE /mcp (mcp-http.c) */
 };
 
 /* Per-request state, from the first call of the handler to the completion callback. */
 struct serve_conn {
 	struct buf body;
 	bool too_large;
+	bool mcp; /* a POST /mcp */
 	uint64_t discarded; /* bytes past the cap; a body that goes on and on gets the connection closed */
 	uint64_t t0;
 };
@@ -151,6 +154,8 @@ static enum serve_route serve_route_of(const char *url, char *id, size_t idlen, 
 		return ROUTE_METRICS;
 	if (!strcmp(url, "/v1/runs"))
 		return ROUTE_RUNS;
+	if (!strcmp(url, "/mcp"))
+		return ROUTE_MCP;
 	if (strncmp(url, "/v1/runs/", 9))
 		return ROUTE_NONE;
 	p = url + 9;
@@ -278,6 +283,13 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			*upload_data_size = 0;
 			return MHD_YES;
 		}
+		if (sc->mcp) {
+			unsigned int status = 500;
+			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, sc->body.data ? sc->body.data : "",
+							       sc->body.len, sc->too_large, &status);
+			serve_log(c, method, url, status, sc);
+			return serve_queue(c, status, r, NULL);
+		}
 		return serve_finish_post(h, c, sc, method, url);
 	}
 	if (route == ROUTE_HEALTH) {
@@ -290,19 +302,32 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		return serve_send_error(c, 401, "auth",
 					"missing or wrong token (send 'Authorization: Bearer TOKEN')",
 					method, url, NULL);
-	if (route == ROUTE_NONE)
+	if (route == ROUTE_NONE || (route == ROUTE_MCP && !h->s->mcp))
 		return serve_send_error(c, 404, "not_found", "no such endpoint", method, url, NULL);
-	if (route == ROUTE_RUNS) {
+	if (route == ROUTE_MCP && strcmp(method, "POST")) {
+		unsigned int status = 500;
+		struct MHD_Response *r = mcp_http_other(h->s->mcp, c, method, &status);
+		serve_log(c, method, url, status, NULL);
+		return serve_queue(c, status, r, NULL);
+	}
+	if (route == ROUTE_RUNS || route == ROUTE_MCP) {
 		if (strcmp(method, "POST"))
 			return serve_send_error(c, 405, "method", "use POST", method, url, NULL);
 		len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (len && route == ROUTE_MCP && strtoull(len, NULL, 10) > MCP_MESSAGE_MAX) {
+			unsigned int status = 500;
+			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, "", 0, true, &status);
+			serve_log(c, method, url, status, NULL);
+			return serve_queue(c, status, r, NULL);
+		}
 		if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
 			return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
 						method, url, NULL);
 		sc = calloc(1, sizeof(*sc));
 		if (!sc)
 			return MHD_NO;
-		buf_init(&sc->body, SERVE_BODY_MAX);
+		buf_init(&sc->body, route == ROUTE_MCP ? MCP_MESSAGE_MAX : SERVE_BODY_MAX);
+		sc->mcp = route == ROUTE_MCP;
 		sc->t0 = clock_mono_ms();
 		*con_cls = sc;
 		pthread_mutex_lock(&h->s->lock);

@@ -62,6 +62,8 @@ struct serve {
 	uint64_t retention_ms;
 	/* The warm pool (NULL: every run is cold); serve_execute() leases from it. */
 	struct nbrun_pool *pool;
+	/* The MCP server answering at /mcp (mcp.h); NULL: none. */
+	struct mcp_server *mcp;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
 	const volatile sig_atomic_t *stopping;
 
@@ -84,6 +86,10 @@ struct serve_request {
 	size_t file_count;
 	char *tmp_dir;       /* private directory holding the uploaded files */
 	uint64_t timeout_ms; /* 0: the server's */
+	/* Set by the caller after parsing (NULL: the server's stop flag, no progress). */
+	const volatile sig_atomic_t *cancel;
+	nbrun_progress_cb progress;
+	void *payload;
 };
 
 /* HTTP-ish outcome of an API call: status code and a JSON body. */

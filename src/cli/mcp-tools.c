@@ -1,0 +1,674 @@
+/* SPDX-License-Identifier: MIT */
+/* The MCP server's tools (run_python, run_notebook) and resources/read of the files runs wrote. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "mcp.h"
+#include "result-schema.h"
+#include "text.h"
+
+/* Bounds of the text summary a model reads (the structured result has the rest). */
+#define SUMMARY_STDOUT 8000
+#define SUMMARY_STDERR 2000
+#define SUMMARY_VALUE 2000
+#define SUMMARY_VALUES 5
+#define SUMMARY_TRACEBACK 6000
+#define SUMMARY_LISTED 50
+#define SUMMARY_MAX (64u << 10)
+
+#define RUN_PYTHON_DESC                                                                         \
+	"Run Python 3 code in a fresh, locked-down Jupyter sandbox and get back everything it "  \
+	"produced: printed output, the value of the last expression, the error with its "        \
+	"traceback, every chart or displayed image (as an image), and every file the code "      \
+	"wrote under /mnt/data/. numpy, pandas and matplotlib are installed; there is no "       \
+	"network. Each call starts from a clean sandbox, so nothing (variables, files) persists " \
+	"between calls: do the whole job in one call. Files given in `files` are placed in "     \
+	"/mnt/data/ before the code runs. A line `# %%` splits the code into cells; an error in " \
+	"one cell keeps the outputs of the cells before it. To return a table or data, write "   \
+	"it to a file under /mnt/data/ (e.g. df.to_csv('/mnt/data/out.csv')). Call "             \
+	"plt.show() or leave the figure as the last expression to get a chart back."
+
+#define RUN_NOTEBOOK_DESC                                                                       \
+	"Execute a Jupyter notebook (nbformat 4 JSON) top to bottom in a fresh, locked-down "    \
+	"sandbox, papermill style: each entry of `parameters` (name -> JSON value) is assigned " \
+	"in a new cell placed after the cell tagged \"parameters\" (or first). Returns what "    \
+	"run_python returns: a text summary, every image, every file written under /mnt/data/, " \
+	"and the structured result of all cells."
+
+static const char files_schema[] =
+	"{\"type\": \"array\", \"maxItems\": 1000, \"description\": \"Input files, each written "
+	"to /mnt/data/<path> before the code runs.\", \"items\": {\"type\": \"object\", "
+	"\"additionalProperties\": false, \"required\": [\"path\", \"content_base64\"], "
+	"\"properties\": {\"path\": {\"type\": \"string\", \"description\": \"A plain file name "
+	"(no '/'), e.g. data.csv\"}, \"content_base64\": {\"type\": \"string\", \"description\": "
+	"\"The file's bytes in standard base64\"}}}}";
+
+/* ---- the tool table -------------------------------------------------------------------- */
+
+enum tool_kind { TOOL_RUN_PYTHON, TOOL_RUN_NOTEBOOK };
+
+struct tool {
+	const char *name;
+	const char *title;
+	const char *description;
+	enum tool_kind kind;
+	const char *const *keys; /* allowed argument names, NULL-terminated */
+};
+
+static const char *const run_python_keys[] = { "code", "files", "timeout_s", NULL };
+static const char *const run_notebook_keys[] = { "notebook", "parameters", "files", "timeout_s",
+						 NULL };
+
+/*
+ * The stateful tools (session_open, session_execute {session_id, code},
+ * session_upload, session_download, session_close) join this table once
+ * the library's nbrun_session_* API is in nbrun.h.
+ */
+static const struct tool tools[] = {
+	{ "run_python", "Run Python code", RUN_PYTHON_DESC, TOOL_RUN_PYTHON, run_python_keys },
+	{ "run_notebook", "Run a Jupyter notebook", RUN_NOTEBOOK_DESC, TOOL_RUN_NOTEBOOK,
+	  run_notebook_keys },
+};
+
+/* The result document's JSON Schema, as outputSchema (its $schema and $id left out: the MCP default dialect is 2020-12). */
+static json_t *tool_output_schema(void)
+{
+	json_t *schema = json_loadb((const char *)result_schema_json, sizeof(result_schema_json), 0,
+				    NULL);
+
+	if (schema) {
+		json_object_del(schema, "$schema");
+		json_object_del(schema, "$id");
+	}
+	return schema;
+}
+
+static json_t *tool_input_schema(const struct tool *t, const struct serve *s)
+{
+	json_t *props, *schema;
+
+	if (t->kind == TOOL_RUN_PYTHON)
+		props = json_pack("{s:{s:s, s:s}}", "code", "type", "string", "description",
+				  "The Python source to run");
+	else
+		props = json_pack("{s:{s:[s, s], s:s}, s:{s:s, s:s}}", "notebook", "type", "object",
+				  "string", "description",
+				  "The notebook: an nbformat 4 JSON object (or its text)",
+				  "parameters", "type", "object", "description",
+				  "Values assigned in a cell after the one tagged \"parameters\"");
+	if (!props)
+		return NULL;
+	json_object_set_new(props, "files", json_loads(files_schema, 0, NULL));
+	json_object_set_new(props, "timeout_s",
+			    json_pack("{s:s, s:i, s:I, s:s}", "type", "number", "exclusiveMinimum", 0,
+				      "maximum", (json_int_t)(s->opts.timeout_ms / 1000),
+				      "description", "Wall-clock limit of the run in seconds "
+						     "(default and maximum: the server's)"));
+	schema = json_pack("{s:s, s:o, s:[s], s:b}", "type", "object", "properties", props,
+			   "required", t->kind == TOOL_RUN_PYTHON ? "code" : "notebook",
+			   "additionalProperties", 0);
+	return schema;
+}
+
+json_t *mcp_tools_list(const struct serve *s, const char *version)
+{
+	json_t *list = json_array(), *out = json_pack("{s:o}", "tools", list);
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+		const struct tool *t = &tools[i];
+		json_t *e = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description,
+				      "inputSchema", tool_input_schema(t, s));
+
+		if (!e) {
+			json_decref(out);
+			return NULL;
+		}
+		if (mcp_version_since(version, "2025-03-26"))
+			json_object_set_new(e, "annotations",
+					    json_pack("{s:s, s:b, s:b, s:b, s:b}", "title", t->title,
+						      "readOnlyHint", 0, "destructiveHint", 0,
+						      "idempotentHint", 0, "openWorldHint", 0));
+		if (mcp_version_since(version, "2025-06-18")) {
+			json_object_set_new(e, "title", json_string(t->title));
+			json_object_set_new(e, "outputSchema", tool_output_schema());
+		}
+		json_array_append_new(list, e);
+	}
+	return out;
+}
+
+/* ---- arguments ------------------------------------------------------------------------- */
+
+/*
+ * Wrong arguments: since 2025-11-25 a tool execution error the model can
+ * read and correct (SEP-1303); before, -32602.
+ */
+static json_t *tool_arg_error(struct mcp_call_ctx *cc, int *code, char *msg, size_t msglen,
+			      const char *text)
+{
+	if (mcp_version_since(cc->version, "2025-11-25"))
+		return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text,
+				 "isError", 1);
+	*code = MCP_INVALID_PARAMS;
+	snprintf(msg, msglen, "%s", text);
+	return NULL;
+}
+
+/* Check the arguments against the tool's keys and types; builds the POST /v1/runs body. */
+static json_t *tool_body(const struct tool *t, json_t *args, char *why, size_t whylen)
+{
+	json_t *body = json_object(), *v;
+	const char *key;
+
+	if (!body) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	json_object_foreach(args, key, v) {
+		size_t i;
+		for (i = 0; t->keys[i] && strcmp(t->keys[i], key); i++)
+			;
+		if (!t->keys[i]) {
+			snprintf(why, whylen, "%s: unknown argument '%.64s'", t->name, key);
+			goto bad;
+		}
+	}
+	if (t->kind == TOOL_RUN_PYTHON) {
+		v = json_object_get(args, "code");
+		if (!json_is_string(v)) {
+			snprintf(why, whylen, "run_python: 'code' must be a string of Python source");
+			goto bad;
+		}
+		json_object_set(body, "code", v);
+	} else {
+		v = json_object_get(args, "notebook");
+		if (json_is_string(v))
+			v = json_loads(json_string_value(v), 0, NULL);
+		else
+			json_incref(v);
+		if (!json_is_object(v)) {
+			json_decref(v);
+			snprintf(why, whylen, "run_notebook: 'notebook' must be an nbformat 4 JSON object");
+			goto bad;
+		}
+		json_object_set_new(body, "notebook", v);
+		v = json_object_get(args, "parameters");
+		if (v && !json_is_object(v)) {
+			snprintf(why, whylen, "run_notebook: 'parameters' must be an object of name: value");
+			goto bad;
+		}
+		if (v)
+			json_object_set(body, "parameters", v);
+	}
+	v = json_object_get(args, "files");
+	if (v && !json_is_array(v)) {
+		snprintf(why, whylen, "%s: 'files' must be a list of {path, content_base64}", t->name);
+		goto bad;
+	}
+	if (v)
+		json_object_set(body, "files", v);
+	v = json_object_get(args, "timeout_s");
+	if (v) {
+		char dur[32];
+		double secs = json_number_value(v);
+		if (!json_is_number(v) || !(secs > 0) || secs > 1e7) {
+			snprintf(why, whylen, "%s: 'timeout_s' must be a positive number of seconds", t->name);
+			goto bad;
+		}
+		snprintf(dur, sizeof(dur), "%.0fms", secs * 1000 < 1 ? 1 : secs * 1000);
+		json_object_set_new(body, "timeout", json_string(dur));
+	}
+	return body;
+bad:
+	json_decref(body);
+	return NULL;
+}
+
+/* ---- results --------------------------------------------------------------------------- */
+
+static const char *mime_of(const char *name)
+{
+	static const char *const map[][2] = {
+		{ ".csv", "text/csv" },          { ".tsv", "text/tab-separated-values" },
+		{ ".txt", "text/plain" },        { ".log", "text/plain" },
+		{ ".md", "text/markdown" },      { ".html", "text/html" },
+		{ ".json", "application/json" }, { ".xml", "application/xml" },
+		{ ".py", "text/x-python" },      { ".ipynb", "application/x-ipynb+json" },
+		{ ".png", "image/png" },         { ".jpg", "image/jpeg" },
+		{ ".jpeg", "image/jpeg" },       { ".gif", "image/gif" },
+		{ ".webp", "image/webp" },       { ".svg", "image/svg+xml" },
+		{ ".pdf", "application/pdf" },   { ".parquet", "application/vnd.apache.parquet" },
+		{ ".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" },
+		{ ".zip", "application/zip" },
+	};
+	const char *dot = strrchr(name, '.');
+
+	for (size_t i = 0; dot && i < sizeof(map) / sizeof(map[0]); i++)
+		if (!strcasecmp(dot, map[i][0]))
+			return map[i][1];
+	return "application/octet-stream";
+}
+
+static bool mime_textual(const char *mime)
+{
+	return !strncmp(mime, "text/", 5) || !strcmp(mime, "application/json") ||
+	       !strcmp(mime, "application/xml") || !strcmp(mime, "image/svg+xml") ||
+	       !strcmp(mime, "application/x-ipynb+json");
+}
+
+/* The bytes of a regular file below dirfd when it is at most max bytes; NULL otherwise. */
+static char *read_below(int dirfd, const char *rel, size_t max, size_t *len)
+{
+	struct buf b = BUF_INIT(max);
+	char chunk[65536];
+	int fd = serve_open_below(dirfd, rel);
+	ssize_t n;
+	char *out = NULL;
+
+	if (fd < 0)
+		return NULL;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0)
+			goto out;
+	}
+	*len = b.len;
+	out = buf_steal(&b);
+out:
+	close(fd);
+	buf_free(&b);
+	return out;
+}
+
+static char *resource_uri(const char *run_id, const char *rel)
+{
+	char *enc = serve_url_path(rel), *uri = NULL;
+
+	if (enc && asprintf(&uri, "nbrun://runs/%s/%s", run_id, enc) < 0)
+		uri = NULL;
+	free(enc);
+	return uri;
+}
+
+/* {uri, mimeType, text|blob}: text when the type is textual and the bytes are UTF-8. */
+static json_t *resource_contents(const char *uri, const char *mime, const char *data, size_t len)
+{
+	char *b64;
+	json_t *r;
+
+	if (mime_textual(mime) && text_utf8_valid(data, len) && !memchr(data, '\0', len))
+		return json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType", mime, "text", data, len);
+	b64 = serve_base64((const unsigned char *)data, len);
+	if (!b64)
+		return NULL;
+	r = json_pack("{s:s, s:s, s:s}", "uri", uri, "mimeType", mime, "blob", b64);
+	free(b64);
+	return r;
+}
+
+struct budget {
+	size_t images; /* bytes of image blocks left */
+	size_t embed;  /* bytes of embedded resources left */
+};
+
+/* A file or a non-raster image: embedded when small, else a link for resources/read. */
+static void add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
+			 const char *run_id, const char *rel, const char *name, const char *mime,
+			 json_int_t bytes, struct budget *b)
+{
+	char *uri = resource_uri(run_id, rel), *data = NULL, *note = NULL;
+	size_t len = 0;
+
+	if (!uri)
+		return;
+	if (bytes >= 0 && (uint64_t)bytes <= MCP_EMBED_ONE && (size_t)bytes <= b->embed &&
+	    (data = read_below(run_fd, rel, MCP_EMBED_ONE, &len))) {
+		json_t *r = resource_contents(uri, mime, data, len);
+		if (r) {
+			json_array_append_new(content, json_pack("{s:s, s:o}", "type", "resource",
+								  "resource", r));
+			b->embed -= len;
+			goto out;
+		}
+	}
+	if (mcp_version_since(cc->version, "2025-06-18")) {
+		json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:s, s:I}", "type",
+							  "resource_link", "uri", uri, "name", name,
+							  "mimeType", mime, "size", bytes));
+	} else if (asprintf(&note, "%s (%lld bytes) is too large to embed: resources/read %s",
+			    name, (long long)bytes, uri) >= 0) {
+		json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", note));
+	}
+out:
+	free(note);
+	free(data);
+	free(uri);
+}
+
+static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
+		      const char *run_id, json_t *img, struct budget *b)
+{
+	const char *path = json_string_value(json_object_get(img, "path"));
+	const char *mime = json_string_value(json_object_get(img, "mime"));
+	json_int_t bytes = json_integer_value(json_object_get(img, "bytes"));
+	char *data = NULL, *b64 = NULL;
+	size_t len = 0;
+
+	if (!path || !mime)
+		return;
+	/* Raster images are image blocks; SVG and PDF go as resources. */
+	if (strcmp(mime, "image/png") && strcmp(mime, "image/jpeg") && strcmp(mime, "image/gif")) {
+		add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
+		return;
+	}
+	if (bytes >= 0 && (uint64_t)bytes <= MCP_IMAGE_ONE && (size_t)bytes <= b->images &&
+	    (data = read_below(run_fd, path, MCP_IMAGE_ONE, &len)) &&
+	    (b64 = serve_base64((const unsigned char *)data, len))) {
+		json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "image", "data",
+							  b64, "mimeType", mime));
+		b->images -= len;
+	} else {
+		add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
+	}
+	free(b64);
+	free(data);
+}
+
+static void summary_add(struct buf *b, const char *label, const char *s, size_t max)
+{
+	size_t n = 0;
+	bool cut = false;
+	char *t;
+
+	if (!s || !*s)
+		return;
+	t = text_truncate(s, strlen(s), max, &n, &cut);
+	if (!t)
+		return;
+	buf_printf(b, "%s%s", b->len ? "\n" : "", label);
+	buf_append(b, t, n);
+	if (n && t[n - 1] != '\n')
+		buf_puts(b, "\n");
+	free(t);
+}
+
+/* The concise text a model reads first: stdout, values, the error, what came back. */
+static char *summary_of(const json_t *doc)
+{
+	struct buf b = BUF_INIT(SUMMARY_MAX);
+	const char *status = json_string_value(json_object_get(doc, "status"));
+	json_t *e, *err = json_object_get(doc, "error");
+	size_t i, n;
+
+	summary_add(&b, "stdout:\n", json_string_value(json_object_get(doc, "stdout")), SUMMARY_STDOUT);
+	summary_add(&b, "stderr:\n", json_string_value(json_object_get(doc, "stderr")), SUMMARY_STDERR);
+	n = json_array_size(json_object_get(doc, "results"));
+	json_array_foreach(json_object_get(doc, "results"), i, e)
+		if (i + SUMMARY_VALUES >= n)
+			summary_add(&b, "result:\n", json_string_value(json_object_get(e, "text")),
+				    SUMMARY_VALUE);
+	if (json_is_object(err)) {
+		buf_printf(&b, "%serror: %s: %s\n", b.len ? "\n" : "",
+			   json_string_value(json_object_get(err, "name")) ?: "",
+			   json_string_value(json_object_get(err, "value")) ?: "");
+		summary_add(&b, "traceback:\n", json_string_value(json_object_get(err, "traceback")),
+			    SUMMARY_TRACEBACK);
+	}
+	if (status && strcmp(status, "ok") && strcmp(status, "error"))
+		buf_printf(&b, "%srun ended: %s: %s\n", b.len ? "\n" : "", status,
+			   json_string_value(json_object_get(doc, "message")) ?: "");
+	n = json_array_size(json_object_get(doc, "images"));
+	if (n)
+		buf_printf(&b, "%simages: %zu (in the content that follows)\n", b.len ? "\n" : "", n);
+	n = json_array_size(json_object_get(doc, "files"));
+	if (n)
+		buf_printf(&b, "%sfiles written under /mnt/data:\n", b.len ? "\n" : "");
+	json_array_foreach(json_object_get(doc, "files"), i, e) {
+		const char *p = json_string_value(json_object_get(e, "path"));
+		if (i == SUMMARY_LISTED) {
+			buf_printf(&b, "  ... and %zu more\n", n - i);
+			break;
+		}
+		buf_printf(&b, "  /mnt/data/%s (%lld bytes)\n", p && !strncmp(p, "files/", 6) ? p + 6 : "?",
+			   (long long)json_integer_value(json_object_get(e, "bytes")));
+	}
+	json_array_foreach(json_object_get(doc, "skipped"), i, e) {
+		if (i == 10)
+			break;
+		buf_printf(&b, "not exported: %.200s (%.200s)\n",
+			   json_string_value(json_object_get(e, "path")) ?: "?",
+			   json_string_value(json_object_get(e, "reason")) ?: "?");
+	}
+	if (!b.len)
+		buf_puts(&b, "(the code ran and printed nothing)\n");
+	return buf_steal(&b);
+}
+
+/* The result document less what only the HTTP API means (url, content_base64). */
+static void strip_refs(json_t *doc)
+{
+	static const char *const lists[] = { "images", "files" };
+	json_t *e;
+	size_t i;
+
+	for (size_t l = 0; l < 2; l++)
+		json_array_foreach(json_object_get(doc, lists[l]), i, e) {
+			json_object_del(e, "url");
+			json_object_del(e, "content_base64");
+		}
+}
+
+static json_t *result_of(const struct mcp_call_ctx *cc, json_t *doc)
+{
+	struct budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
+	const char *run_id = json_string_value(json_object_get(doc, "run_id"));
+	const char *status = json_string_value(json_object_get(doc, "status"));
+	json_t *content = json_array(), *e, *out = NULL;
+	char *summary = summary_of(doc);
+	int run_fd = -1;
+	size_t i;
+
+	if (!content || !summary || !run_id || !serve_run_id_valid(run_id))
+		goto out;
+	json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", summary));
+	run_fd = openat(cc->s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd >= 0) {
+		json_array_foreach(json_object_get(doc, "images"), i, e)
+			add_image(content, cc, run_fd, run_id, e, &b);
+		json_array_foreach(json_object_get(doc, "files"), i, e) {
+			const char *p = json_string_value(json_object_get(e, "path"));
+			if (p && !strncmp(p, "files/", 6))
+				add_resource(content, cc, run_fd, run_id, p, p + 6, mime_of(p),
+					     json_integer_value(json_object_get(e, "bytes")), &b);
+		}
+	}
+	strip_refs(doc);
+	out = json_pack("{s:O, s:b}", "content", content, "isError", !status || strcmp(status, "ok"));
+	if (out && mcp_version_since(cc->version, "2025-06-18"))
+		json_object_set(out, "structuredContent", doc);
+out:
+	if (run_fd >= 0)
+		close(run_fd);
+	json_decref(content);
+	free(summary);
+	return out;
+}
+
+static void on_phase(enum nbrun_phase phase, void *payload)
+{
+	static const char *const names[] = { "connecting to the engine", "creating the sandbox",
+					     "uploading files", "executing", "collecting outputs",
+					     "reading the results", "cleaning up" };
+	struct mcp_call_ctx *cc = payload;
+	json_t *n;
+	char *text;
+
+	if (!cc->notify || !cc->progress_token || (unsigned int)phase >= sizeof(names) / sizeof(names[0]))
+		return;
+	n = json_pack("{s:s, s:s, s:{s:O, s:i, s:s}}", "jsonrpc", "2.0", "method",
+		      "notifications/progress", "params", "progressToken", cc->progress_token,
+		      "progress", (int)++cc->progress, "message", names[phase]);
+	text = n ? json_dumps(n, JSON_COMPACT) : NULL;
+	if (text)
+		cc->notify(text, cc->payload);
+	free(text);
+	json_decref(n);
+}
+
+json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char *msg, size_t msglen)
+{
+	const char *name = json_string_value(json_object_get(params, "name"));
+	json_t *args = json_object_get(params, "arguments"), *body = NULL, *out = NULL;
+	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_request req;
+	const struct tool *t = NULL;
+	char why[512], tmp_root[4096], *text = NULL;
+
+	for (size_t i = 0; name && i < sizeof(tools) / sizeof(tools[0]); i++)
+		if (!strcmp(tools[i].name, name))
+			t = &tools[i];
+	if (!t) {
+		*code = MCP_INVALID_PARAMS;
+		snprintf(msg, msglen, "unknown tool: %.128s", name ? name : "(params.name is not a string)");
+		return NULL;
+	}
+	if (args && !json_is_object(args)) {
+		*code = MCP_INVALID_PARAMS;
+		snprintf(msg, msglen, "params.arguments must be an object");
+		return NULL;
+	}
+	if (!args)
+		args = json_object();
+	else
+		json_incref(args);
+	body = args ? tool_body(t, args, why, sizeof(why)) : NULL;
+	json_decref(args);
+	if (!body)
+		return tool_arg_error(cc, code, msg, msglen, why);
+	text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	if (!text) {
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
+	if (serve_request_parse(&req, &reply, cc->s, text, strlen(text), tmp_root) < 0) {
+		free(text);
+		snprintf(why, sizeof(why), "%s: %s", t->name,
+			 json_string_value(json_object_get(reply.body, "error")) ?: "bad arguments");
+		if (reply.status == 400)
+			out = tool_arg_error(cc, code, msg, msglen, why);
+		else
+			snprintf(msg, msglen, "%s", why);
+		json_decref(reply.body);
+		return out;
+	}
+	free(text);
+	req.cancel = cc->cancel;
+	req.progress = on_phase;
+	req.payload = cc;
+	serve_api_run(&reply, cc->s, &req);
+	serve_request_free(&req);
+	if (*cc->cancel) {
+		*code = 0;
+	} else if (reply.status == 200) {
+		out = result_of(cc, reply.body);
+		if (!out)
+			snprintf(msg, msglen, "out of memory");
+	} else {
+		/* No run (engine down, server busy or stopping): the model can say so or retry. */
+		snprintf(why, sizeof(why), "nbrun could not run it: %s",
+			 json_string_value(json_object_get(reply.body, "error")) ?: "unknown error");
+		out = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", why,
+				"isError", 1);
+	}
+	json_decref(reply.body);
+	return out;
+}
+
+/* ---- resources ---------------------------------------------------------------------- */
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decode; a %00 or a bad escape fails. */
+static int url_decode(char *out, size_t outlen, const char *in)
+{
+	size_t n = 0;
+
+	for (; *in; in++) {
+		int c = (unsigned char)*in;
+		if (c == '%') {
+			int hi = hexval(in[1]), lo = hi >= 0 ? hexval(in[2]) : -1;
+			if (lo < 0 || (hi | lo) == 0)
+				return -1;
+			c = hi * 16 + lo;
+			in += 2;
+		}
+		if (n + 1 >= outlen)
+			return -1;
+		out[n++] = (char)c;
+	}
+	out[n] = '\0';
+	return 0;
+}
+
+json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, char *msg,
+			   size_t msglen)
+{
+	const char *uri = json_string_value(json_object_get(params, "uri")), *p;
+	char id[80], rel[4096], *data = NULL;
+	json_t *r, *out = NULL;
+	size_t n, len = 0;
+	int run_fd = -1;
+
+	if (!uri) {
+		*code = MCP_INVALID_PARAMS;
+		snprintf(msg, msglen, "resources/read: params.uri must be a string");
+		return NULL;
+	}
+	*code = MCP_RESOURCE_NOT_FOUND;
+	snprintf(msg, msglen, "resource not found (runs are kept for a while, then removed): %.200s", uri);
+	if (strncmp(uri, "nbrun://runs/", 13))
+		return NULL;
+	p = uri + 13;
+	n = strcspn(p, "/");
+	if (n == 0 || n >= sizeof(id) || !p[n])
+		return NULL;
+	memcpy(id, p, n);
+	id[n] = '\0';
+	if (!serve_run_id_valid(id) || url_decode(rel, sizeof(rel), p + n + 1) < 0 ||
+	    (strncmp(rel, "files/", 6) && strncmp(rel, "images/", 7)))
+		return NULL;
+	run_fd = openat(cc->s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0)
+		return NULL;
+	data = read_below(run_fd, rel, MCP_RESOURCE_MAX, &len);
+	close(run_fd);
+	if (!data) {
+		snprintf(msg, msglen, "resource missing or larger than %u MiB: %.200s",
+			 MCP_RESOURCE_MAX >> 20, uri);
+		return NULL;
+	}
+	r = resource_contents(uri, mime_of(rel), data, len);
+	free(data);
+	if (r)
+		out = json_pack("{s:[o]}", "contents", r);
+	if (!out) {
+		*code = MCP_INTERNAL_ERROR;
+		snprintf(msg, msglen, "out of memory");
+	}
+	return out;
+}
