@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The MCP Streamable HTTP transport at /mcp: sessions by Mcp-Session-Id, JSON or SSE replies. */
 #include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,159 @@ static void mcp_http_notify(const char *json, void *payload)
 
 	if (buf_printf(&ev->sse, "event: message\ndata: %s\n\n", json) == 0)
 		ev->count++;
+}
+
+/*
+ * A tools/call or resources/read answered as an SSE stream while it runs:
+ * a thread runs it and appends its progress notifications and then its
+ * response; libmicrohttpd's thread for the connection sends them as they
+ * come. Shared by both until both let go. A client that goes away does
+ * not cancel the call (it sends notifications/cancelled for that).
+ */
+struct mcp_stream {
+	pthread_mutex_t lock;
+	pthread_cond_t more;
+	struct buf data;
+	size_t sent;
+	bool done;
+	unsigned int refs;
+	/* the call */
+	struct mcp_server *m;
+	struct mcp_session *sess;
+	json_t *msg;
+};
+
+static void mcp_stream_put(struct mcp_stream *st)
+{
+	bool last;
+
+	pthread_mutex_lock(&st->lock);
+	last = --st->refs == 0;
+	pthread_mutex_unlock(&st->lock);
+	if (!last)
+		return;
+	buf_free(&st->data);
+	pthread_cond_destroy(&st->more);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+static void mcp_stream_event(struct mcp_stream *st, const char *json)
+{
+	pthread_mutex_lock(&st->lock);
+	/* What was sent is dropped first, so the buffer holds only what is waiting. */
+	if (st->sent == st->data.len) {
+		buf_reset(&st->data);
+		st->sent = 0;
+	}
+	buf_printf(&st->data, "event: message\ndata: %s\n\n", json);
+	pthread_cond_broadcast(&st->more);
+	pthread_mutex_unlock(&st->lock);
+}
+
+static void mcp_stream_notify(const char *json, void *payload)
+{
+	mcp_stream_event(payload, json);
+}
+
+static void *mcp_stream_main(void *p)
+{
+	struct mcp_stream *st = p;
+	char *out = NULL;
+
+	mcp_handle_json(&out, st->m, st->sess, st->msg, mcp_stream_notify, st);
+	if (out)
+		mcp_stream_event(st, out);
+	free(out);
+	/* Everything of the server is let go before done: shutdown waits for done. */
+	mcp_session_unref(st->m, st->sess);
+	json_decref(st->msg);
+	st->sess = NULL;
+	st->msg = NULL;
+	pthread_mutex_lock(&st->lock);
+	st->done = true;
+	pthread_cond_broadcast(&st->more);
+	pthread_mutex_unlock(&st->lock);
+	mcp_stream_put(st);
+	return NULL;
+}
+
+/* libmicrohttpd's reader: blocks (a thread per connection) until there is more or the end. */
+static ssize_t mcp_stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct mcp_stream *st = cls;
+	ssize_t n;
+
+	pthread_mutex_lock(&st->lock);
+	while (st->sent == st->data.len && !st->done)
+		pthread_cond_wait(&st->more, &st->lock);
+	if (st->sent < st->data.len) {
+		size_t k = st->data.len - st->sent < max ? st->data.len - st->sent : max;
+		memcpy(out, st->data.data + st->sent, k);
+		st->sent += k;
+		n = (ssize_t)k;
+	} else {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	}
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+static void mcp_stream_free(void *cls)
+{
+	mcp_stream_put(cls);
+}
+
+/* Start the call on its own thread; the response streams what it sends. NULL: answer it inline. */
+static struct MHD_Response *mcp_stream_start(struct mcp_server *m, struct mcp_session *sess,
+					     json_t *msg)
+{
+	struct mcp_stream *st = calloc(1, sizeof(*st));
+	struct MHD_Response *r;
+	pthread_attr_t attr;
+	pthread_t t;
+	sigset_t all, old;
+	int rc;
+
+	if (!st)
+		return NULL;
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->more, NULL);
+	buf_init(&st->data, MCP_MESSAGE_MAX + (1u << 20));
+	st->refs = 2; /* the thread's and the response's */
+	st->m = m;
+	st->sess = sess;
+	st->msg = json_incref(msg);
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, mcp_stream_read, st,
+					      mcp_stream_free);
+	if (!r) {
+		json_decref(msg);
+		st->refs = 1;
+		mcp_stream_put(st);
+		return NULL;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+	sess = mcp_session_find(m, mcp_session_id(sess)); /* the thread's reference */
+	if (!sess) {
+		st->sess = NULL;
+		goto fail;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, mcp_stream_main, st);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0)
+		return r;
+	mcp_session_unref(m, sess);
+fail:
+	json_decref(st->msg);
+	st->msg = NULL;
+	st->refs = 1;
+	MHD_destroy_response(r); /* drops the last reference */
+	return NULL;
 }
 
 static struct MHD_Response *mcp_http_text(const char *text, const char *type)
@@ -122,6 +277,11 @@ struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *
 	} else if (!(sess = mcp_session_find(m, sid))) {
 		r = mcp_http_error(404, MCP_INVALID_REQUEST,
 				   "session not found or ended: initialize a new one", status);
+		goto out;
+	}
+	/* A call that may take long streams its progress and then its answer. */
+	if (!init && mcp_is_slow(msg) && mcp_accepts_sse(c) && (r = mcp_stream_start(m, sess, msg))) {
+		*status = 200;
 		goto out;
 	}
 	mcp_handle_json(&out, m, sess, msg, mcp_http_notify, &ev);

@@ -579,6 +579,8 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 	serve_api_run(&reply, cc->s, &req);
 	serve_request_free(&req);
 	if (*cc->cancel) {
+		fprintf(stderr, "nbrun: mcp: %s cancelled: its run stopped and its sandbox is removed\n",
+			t->name);
 		*code = 0;
 	} else if (reply.status == 200) {
 		out = result_of(cc, reply.body);
