@@ -19,8 +19,11 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "jsonx.h"
 #include "path.h"
 #include "cli.h"
+#include "params.h"
+#include "text.h"
 
 #define BATCH_NOTEBOOK_MAX (256u << 20)
 #define BATCH_MAX_JOBS 100000
@@ -71,8 +74,11 @@ static void batch_help(void)
 	       "  --json                print report.json instead of the summary table\n"
 	       "  -q, --quiet           no live progress on a terminal\n"
 	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
-	       "tagged parameters, or first):\n"
-	       "  -p, --param NAME VALUE  typed: int, float, True/False, None, else a string\n"
+	       "tagged parameters, or first; -y, then -p, then -r win, as in papermill):\n"
+	       "  -p, --param NAME VALUE  typed as papermill types it: True, False, None, what\n"
+	       "                          Python's int() reads (any size), what float() reads\n"
+	       "                          (inf and nan too), else the text as a string\n"
+	       "  -r, --param-raw NAME VALUE  the text as a string\n"
 	       "  -y, --params JSON       a JSON object of parameters\n"
 	       "  --param-grid FILE.json  a JSON list of objects: every notebook runs once per set\n"
 	       "%s"
@@ -80,30 +86,6 @@ static void batch_help(void)
 	       "Exit codes: 0 all ok, 1 a cell raised somewhere, 2 usage, 3 a timeout or out of\n"
 	       "memory, 4 engine or image problem, 5 other failure, 130 interrupted.\n",
 	       cli_run_options_help);
-}
-
-/* papermill's -p typing: int, float, bool, None, else string. */
-static json_t *batch_typed_value(const char *v)
-{
-	char *end;
-	long long ll;
-	double d;
-
-	if (!strcmp(v, "True") || !strcmp(v, "true"))
-		return json_true();
-	if (!strcmp(v, "False") || !strcmp(v, "false"))
-		return json_false();
-	if (!strcmp(v, "None"))
-		return json_null();
-	errno = 0;
-	ll = strtoll(v, &end, 10);
-	if (*v && !*end && !errno)
-		return json_integer(ll);
-	errno = 0;
-	d = strtod(v, &end);
-	if (*v && !*end && !errno && d == d)
-		return json_real(d);
-	return json_string(v);
 }
 
 static char *batch_base_name(const char *path)
@@ -198,7 +180,7 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 	if (!text || !dir || nbrun_ctx_new(&ctx) < 0)
 		goto done;
 	if (job->params) {
-		params = json_dumps(job->params, JSON_COMPACT);
+		params = jsonx_dumps(job->params);
 		rc = params ? nbrun_notebook_inject_params(&injected, &len, ctx, text, len, params)
 			    : NBRUN_ENOMEM;
 		if (rc < 0) {
@@ -215,8 +197,10 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 	if (nbrun_result_to_json(&doc, res, 0) == 0)
 		result = json_loads(doc, 0, NULL);
 done:
-	entry = json_pack("{s:s, s:s, s:O?, s:s?, s:s, s:I, s:s?, s:o?}", "name", job->name,
-			  "notebook", job->path, "params", job->params, "out_dir", dir, "status",
+	/* JSON has no big integers or infinities: the report names them as text. */
+	entry = json_pack("{s:s, s:s, s:o?, s:s?, s:s, s:I, s:s?, s:o?}", "name", job->name,
+			  "notebook", job->path, "params", job->params ? jsonx_plain(job->params) : NULL,
+			  "out_dir", dir, "status",
 			  result ? json_string_value(json_object_get(result, "status")) : "failed",
 			  "duration_ms", (json_int_t)(clock_mono_ms() - job->start_ms), "first_error",
 			  result ? batch_first_error_line(result) : (err[0] ? err : "failed"), "result",
@@ -417,12 +401,49 @@ static int batch_add_jobs(struct batch *b, char **paths, size_t npaths, json_t *
 	return 0;
 }
 
+/* A --param-grid file: JSON (big integers and Infinity/NaN kept, as in -y). */
+static json_t *batch_load_grid(const char *path, char *err, size_t errlen)
+{
+	size_t len = 0;
+	char *text = batch_read_file(path, &len, err, errlen);
+	json_t *grid;
+
+	if (!text)
+		return NULL;
+	grid = jsonx_loadb(text, len, err, errlen);
+	free(text);
+	return grid;
+}
+
+/* Every name the notebooks would get must be assignable, checked before anything runs. */
+static int batch_check_names(const json_t *fixed, const json_t *grid)
+{
+	const char *name;
+	const json_t *v, *set;
+	size_t i;
+
+	json_object_foreach((json_t *)fixed, name, v)
+		if (!params_name_ok(name)) {
+			cli_usage_error("batch", "parameter name '%s' is not a Python identifier", name);
+			return -1;
+		}
+	json_array_foreach(grid, i, set)
+		json_object_foreach((json_t *)set, name, v)
+			if (!params_name_ok(name)) {
+				cli_usage_error("batch", "--param-grid entry %zu: parameter name '%s' is not a Python identifier",
+						i, name);
+				return -1;
+			}
+	return 0;
+}
+
 int cmd_batch(int argc, char **argv)
 {
 	enum { OPT_FAIL_FAST = CLI_OPT_FIRST_LOCAL, OPT_GRID };
 	static const struct option longopts[] = {
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "param", required_argument, NULL, 'p' },
+		{ "param-raw", required_argument, NULL, 'r' },
 		{ "params", required_argument, NULL, 'y' },
 		{ "param-grid", required_argument, NULL, OPT_GRID },
 		{ "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
@@ -432,8 +453,9 @@ int cmd_batch(int argc, char **argv)
 	};
 	struct cli_run_args args;
 	struct batch b;
-	json_t *fixed = json_object(), *grid = NULL, *report = NULL, *y;
-	json_error_t jerr;
+	struct params params;
+	json_t *fixed = NULL, *grid = NULL, *report = NULL, *y, *v;
+	char jerr[200];
 	pthread_t *threads = NULL;
 	int64_t jobs = 0;
 	bool json = false, quiet = false;
@@ -445,14 +467,14 @@ int cmd_batch(int argc, char **argv)
 	memset(&b, 0, sizeof(b));
 	pthread_mutex_init(&b.lock, NULL);
 	pthread_cond_init(&b.changed, NULL);
-	if (cli_run_args_init(&args, argc) < 0 || !fixed) {
+	if (cli_run_args_init(&args, argc) < 0 || params_init(&params) < 0) {
 		cli_error("out of memory");
 		ret = CLI_EXIT_FAILED;
 		goto out;
 	}
 	optind = 1;
 	opterr = 0; /* one diagnostic, in house format, below */
-	while ((c = getopt_long(argc, argv, "j:o:p:y:f:e:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "j:o:p:r:y:f:e:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			if (cli_parse_count(&jobs, optarg) < 0 || jobs > 256) {
@@ -462,29 +484,48 @@ int cmd_batch(int argc, char **argv)
 			break;
 		case 'o': b.out_dir = strdup(optarg); break;
 		case 'p':
+		case 'r':
 			if (optind >= argc) {
-				cli_usage_error("batch", "-p wants NAME VALUE");
+				cli_usage_error("batch", "-%c wants NAME VALUE", c);
 				goto out;
 			}
-			json_object_set_new(fixed, optarg, batch_typed_value(argv[optind++]));
+			if (!params_name_ok(optarg)) {
+				cli_usage_error("batch", "-%c: parameter name '%s' is not a Python identifier", c,
+						optarg);
+				goto out;
+			}
+			v = c == 'p' ? params_resolve_type(argv[optind]) : NULL;
+			if (c == 'r' && text_utf8_valid(argv[optind], strlen(argv[optind])))
+				v = json_string(argv[optind]);
+			if (!v) {
+				cli_usage_error("batch", "-%c %s: the value is not UTF-8 text, which a notebook cannot hold",
+						c, optarg);
+				goto out;
+			}
+			optind++;
+			if (json_object_set_new(c == 'p' ? params.typed : params.raw, optarg, v) < 0) {
+				cli_error("out of memory");
+				ret = CLI_EXIT_FAILED;
+				goto out;
+			}
 			break;
 		case 'y':
-			y = json_loads(optarg, JSON_REJECT_DUPLICATES, &jerr);
+			y = jsonx_loadb(optarg, strlen(optarg), jerr, sizeof(jerr));
 			if (!json_is_object(y)) {
 				cli_usage_error("batch", "-y wants a JSON object of parameters%s%s",
-						y ? "" : ": ", y ? "" : jerr.text);
+						y ? "" : ": ", y ? "" : jerr);
 				json_decref(y);
 				goto out;
 			}
-			json_object_update(fixed, y);
+			json_object_update(params.yaml, y);
 			json_decref(y);
 			break;
 		case OPT_GRID:
 			json_decref(grid);
-			grid = json_load_file(optarg, JSON_REJECT_DUPLICATES, &jerr);
+			grid = batch_load_grid(optarg, jerr, sizeof(jerr));
 			if (!json_is_array(grid) || json_array_size(grid) == 0) {
 				cli_usage_error("batch", "--param-grid %s: want a non-empty JSON list of objects%s%s",
-						optarg, grid ? "" : ": ", grid ? "" : jerr.text);
+						optarg, grid ? "" : ": ", grid ? "" : jerr);
 				goto out;
 			}
 			for (size_t i = 0; i < json_array_size(grid); i++)
@@ -513,6 +554,9 @@ int cmd_batch(int argc, char **argv)
 		goto out;
 	}
 	if (cli_run_args_finish(&args, "batch"))
+		goto out;
+	fixed = params_final(&params);
+	if (!fixed || batch_check_names(fixed, grid) < 0)
 		goto out;
 	for (int i = optind; i < argc; i++)
 		if (access(argv[i], R_OK) < 0) {
@@ -616,6 +660,7 @@ out:
 	json_decref(report);
 	json_decref(fixed);
 	json_decref(grid);
+	params_free(&params);
 	cli_run_args_free(&args);
 	pthread_mutex_destroy(&b.lock);
 	pthread_cond_destroy(&b.changed);

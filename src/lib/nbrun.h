@@ -343,7 +343,10 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
  * @param notebook  nbformat 4 JSON text
  * @param len       its length
  * @param params    a JSON object text: {"name": value, ...}; values may be
- *                  numbers, booleans, null, strings, arrays and objects
+ *                  numbers, booleans, null, strings, arrays and objects;
+ *                  integers of any size are kept exact, and Infinity,
+ *                  -Infinity and NaN (as Python's json writes them) are
+ *                  accepted, so that the kernel gets exactly the value
  * @return 0; NBRUN_EPARSE (notebook or params malformed), NBRUN_EINVAL (a
  *         name that is not a Python identifier), NBRUN_ENOMEM
  */

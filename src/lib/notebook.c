@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonx.h"
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -165,6 +166,12 @@ static int nb_py_literal(struct buf *b, const json_t *v, int depth)
 
 	if (depth > 32)
 		return -EINVAL;
+	/* What JSON numbers cannot hold reaches the kernel exactly. */
+	switch (jsonx_kind_of(v, &key)) {
+	case JSONX_BIGINT: return buf_puts(b, key);
+	case JSONX_NONFINITE: return buf_printf(b, "float('%s')", key);
+	case JSONX_PLAIN: break;
+	}
 	switch (json_typeof(v)) {
 	case JSON_NULL: return buf_puts(b, "None");
 	case JSON_TRUE: return buf_puts(b, "True");
@@ -173,7 +180,7 @@ static int nb_py_literal(struct buf *b, const json_t *v, int depth)
 	case JSON_REAL: {
 		double d = json_real_value(v);
 		char tmp[64];
-		snprintf(tmp, sizeof(tmp), "%.17g", d);
+		jsonx_double_text(tmp, d);
 		/* Keep it a float in Python: "1" would be an int. */
 		if (!strpbrk(tmp, ".eEn"))
 			strcat(tmp, ".0");
@@ -235,7 +242,7 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 {
 	struct buf src = BUF_INIT(16u << 20);
 	json_t *nb = NULL, *p = NULL, *cells, *cell, *v;
-	json_error_t jerr;
+	char jerr[160];
 	const char *name;
 	size_t i, at = 0;
 	char *text = NULL;
@@ -247,10 +254,11 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 	rc = nbrun__notebook_loadb(&nb, ctx, notebook, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES);
 	if (rc < 0)
 		return rc;
-	p = json_loads(params ? params : "{}", JSON_REJECT_DUPLICATES, &jerr);
+	params = params ? params : "{}";
+	p = jsonx_loadb(params, strlen(params), jerr, sizeof(jerr));
 	if (!json_is_object(p)) {
 		rc = nbrun__err(ctx, NBRUN_EPARSE, "parameters are not a JSON object%s%s",
-				p ? "" : ": ", p ? "" : jerr.text);
+				p ? "" : ": ", p ? "" : jerr);
 		goto out;
 	}
 	rc = buf_puts(&src, "# Parameters\n");

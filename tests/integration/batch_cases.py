@@ -168,6 +168,45 @@ def case_interrupt():
     check(not mine(), "left behind after SIGINT: %r" % mine())
 
 
+def case_params_papermill():
+    # papermill's CLI types -p with Python's int() then float() (inf and nan
+    # included), else keeps the text; -r is raw; -y, then -p, then -r win.
+    # Nothing may be dropped or changed on the way to the kernel.
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    names = ["big", "hx", "t", "i", "n", "f", "e", "u", "r", "y"]
+    nb = notebook(os.path.join(d, "p.ipynb"), "\n".join("%s = 'default'" % n for n in names),
+                  "import json, math\n"
+                  "print(json.dumps({k: [type(v).__name__, repr(v)] for k, v in [%s]}))"
+                  % ", ".join("(%r, %s)" % (n, n) for n in names),
+                  tags=[["parameters"], None])
+    out = os.path.join(d, "out")
+    rc, report, err = batch(["-o", out, "-r", "r", "raw wins", "-p", "big", "123456789012345678901234567890",
+                             "-p", "hx", "0x1f", "-p", "t", "true", "-p", "i", "inf", "-p", "n", "nan",
+                             "-p", "f", "1e5", "-p", "e", "", "-p", "u", "1_000",
+                             "-y", '{"r": "from -y", "y": 7, "big": 1}', "-p", "r", "typed", nb])
+    check(rc == 0, "exit %d %s" % (rc, err[-500:]))
+    validate_report(report)
+    entry = report["notebooks"][0]
+    seen = json.loads(entry["result"]["stdout"])
+    want = {"big": ["int", "123456789012345678901234567890"], "hx": ["str", "'0x1f'"],
+            "t": ["str", "'true'"], "i": ["float", "inf"], "n": ["float", "nan"],
+            "f": ["float", "100000.0"], "e": ["str", "''"], "u": ["int", "1000"],
+            "r": ["str", "'raw wins'"], "y": ["int", "7"]}
+    check(seen == want, "the kernel saw %r" % seen)
+    # JSON has no big integers or infinities: the report names them as text
+    check(entry["params"] == {"r": "raw wins", "y": 7, "big": "123456789012345678901234567890",
+                              "hx": "0x1f", "t": "true", "i": "inf", "n": "nan", "f": 100000.0,
+                              "e": "", "u": 1000}, entry["params"])
+    # a value that cannot be represented, a name that cannot be assigned: usage errors
+    for args in (["-p", "x", b"\xff".decode("utf-8", "surrogateescape")], ["-p", "not-a-name", "1"],
+                 ["-r", "class", "1"], ["-y", '{"a b": 1}']):
+        p = subprocess.run([NBRUN, "batch", "-o", os.path.join(d, "no")] + args + [nb],
+                           capture_output=True, timeout=30)
+        check(p.returncode == 2, "%r: exit %d" % (args, p.returncode))
+        check(b"nbrun: error: " in p.stderr and p.stderr.count(b"\n") <= 2, p.stderr)
+        check(not os.path.exists(os.path.join(d, "no")), "%r started something" % args)
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Parameters by papermill's rules: the -p typing (what Python's int() and
+ * float() read), values JSON numbers cannot hold (jsonx), and their
+ * injection as Python. The expected values were taken from CPython 3.11
+ * (the image's Python) running papermill's _resolve_type.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "unit-main.h"
+
+#include "jsonx.h"
+#include "nbrun-private.h"
+#include "params.h"
+
+/* ---- -p typing -------------------------------------------------------------------- */
+
+struct typing {
+	const char *in;
+	const char *kind; /* true false null int bigint float inf str */
+	const char *want; /* the integer's digits, the float's text, "inf"/"-inf"/"nan" */
+};
+
+static const struct typing typings[] = {
+	{ "inf", "inf", "inf" },
+	{ "-inf", "inf", "-inf" },
+	{ "+inf", "inf", "inf" },
+	{ "Infinity", "inf", "inf" },
+	{ "INFINITY", "inf", "inf" },
+	{ "-Infinity", "inf", "-inf" },
+	{ "nan", "inf", "nan" },
+	{ "NaN", "inf", "nan" },
+	{ "-nan", "inf", "nan" },
+	{ "infinity ", "inf", "inf" },
+	{ " nan", "inf", "nan" },
+	{ "1e400", "inf", "inf" },
+	{ "-1e400", "inf", "-inf" },
+	{ "0x1f", "str", NULL },
+	{ "123456789012345678901234567890", "bigint", "123456789012345678901234567890" },
+	{ "-123456789012345678901234567890", "bigint", "-123456789012345678901234567890" },
+	{ "9223372036854775807", "int", "9223372036854775807" },
+	{ "9223372036854775808", "bigint", "9223372036854775808" },
+	{ "-9223372036854775808", "int", "-9223372036854775808" },
+	{ "-9223372036854775809", "bigint", "-9223372036854775809" },
+	{ "9007199254740993", "int", "9007199254740993" },
+	{ "true", "str", NULL },
+	{ "false", "str", NULL },
+	{ "none", "str", NULL },
+	{ "True", "true", NULL },
+	{ "False", "false", NULL },
+	{ "None", "null", NULL },
+	{ " None", "str", NULL },
+	{ " 12 ", "int", "12" },
+	{ "1_000", "int", "1000" },
+	{ "1__000", "str", NULL },
+	{ "_1", "str", NULL },
+	{ "1_", "str", NULL },
+	{ "007", "int", "7" },
+	{ "-0", "int", "0" },
+	{ "+5", "int", "5" },
+	{ "1.5", "float", "1.5" },
+	{ "1e5", "float", "100000" },
+	{ "1E-3", "float", "0.001" },
+	{ ".5", "float", "0.5" },
+	{ "5.", "float", "5" },
+	{ ".", "str", NULL },
+	{ "1e", "str", NULL },
+	{ "1_0.5", "float", "10.5" },
+	{ "1._5", "str", NULL },
+	{ "1e1_0", "float", "1e10" },
+	{ "1_e5", "str", NULL },
+	{ " 1.5\n", "float", "1.5" },
+	{ "1e-400", "float", "0" },
+	{ "-0.0", "float", "-0" },
+	{ "0.1", "float", "0.1" },
+	{ "1.0e+5", "float", "100000" },
+	{ "\xd9\xa1\xd9\xa2", "int", "12" },                  /* Arabic-Indic 12 */
+	{ "\xef\xbc\x91\xef\xbc\x92", "int", "12" },          /* fullwidth 12 */
+	{ "\xd9\xa3.\xd9\xa5", "float", "3.5" },
+	{ "\xd9\xa1" "e" "\xd9\xa2", "float", "100" },
+	{ "\xc2\xa0" "12" "\xe3\x80\x80", "int", "12" },      /* no-break and ideographic spaces */
+	{ "\xe2\x80\x87" "7", "int", "7" },                   /* figure space */
+	{ "\x1c" "12", "str", NULL },                         /* not whitespace to int() */
+	{ "12\x7f", "str", NULL },
+	{ "", "str", NULL },
+	{ "   ", "str", NULL },
+	{ "hello world", "str", NULL },
+	{ "3.14abc", "str", NULL },
+	{ "1,000", "str", NULL },
+	{ "in f", "str", NULL },
+	{ "0e0", "float", "0" },
+};
+
+static void check_typing(const struct typing *t)
+{
+	json_t *v = params_resolve_type(t->in);
+	const char *text = NULL;
+	enum jsonx_kind k = jsonx_kind_of(v, &text);
+
+	if (!v)
+		fail_msg("'%s': no value", t->in);
+	if (!strcmp(t->kind, "true") || !strcmp(t->kind, "false") || !strcmp(t->kind, "null")) {
+		if (!(json_is_true(v) && !strcmp(t->kind, "true")) &&
+		    !(json_is_false(v) && !strcmp(t->kind, "false")) &&
+		    !(json_is_null(v) && !strcmp(t->kind, "null")))
+			fail_msg("'%s': not %s", t->in, t->kind);
+	} else if (!strcmp(t->kind, "int")) {
+		if (!json_is_integer(v) || json_integer_value(v) != strtoll(t->want, NULL, 10))
+			fail_msg("'%s': not the integer %s", t->in, t->want);
+	} else if (!strcmp(t->kind, "bigint")) {
+		if (k != JSONX_BIGINT || strcmp(text, t->want))
+			fail_msg("'%s': not the big integer %s", t->in, t->want);
+	} else if (!strcmp(t->kind, "float")) {
+		double want = strtod(t->want, NULL);
+		if (!json_is_real(v) || json_real_value(v) != want ||
+		    signbit(json_real_value(v)) != signbit(want))
+			fail_msg("'%s': not the float %s", t->in, t->want);
+	} else if (!strcmp(t->kind, "inf")) {
+		if (k != JSONX_NONFINITE || strcmp(text, t->want))
+			fail_msg("'%s': not %s", t->in, t->want);
+	} else {
+		if (k != JSONX_PLAIN || !json_is_string(v) || strcmp(json_string_value(v), t->in))
+			fail_msg("'%s': not kept as the string", t->in);
+	}
+	json_decref(v);
+}
+
+static void typing_as_papermill(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(typings) / sizeof(typings[0]); i++)
+		check_typing(&typings[i]);
+}
+
+/* int() refuses more than 4300 digits (leading zeros count): then float() reads it. */
+static void typing_int_digit_limit(void **state)
+{
+	char *s = malloc(5001);
+	json_t *v;
+	const char *text;
+
+	(void)state;
+	memset(s, '1', 4300);
+	s[4300] = '\0';
+	v = params_resolve_type(s);
+	assert_int_equal(jsonx_kind_of(v, &text), JSONX_BIGINT);
+	assert_string_equal(text, s);
+	json_decref(v);
+	strcpy(s + 4300, "1");
+	v = params_resolve_type(s);
+	assert_int_equal(jsonx_kind_of(v, &text), JSONX_NONFINITE);
+	assert_string_equal(text, "inf");
+	json_decref(v);
+	memset(s, '0', 5000);
+	s[5000] = '\0';
+	v = params_resolve_type(s);
+	assert_true(json_is_real(v));
+	assert_true(json_real_value(v) == 0.0);
+	json_decref(v);
+	free(s);
+}
+
+/* A value that is not UTF-8 cannot be represented: no value (a usage error). */
+static void typing_not_utf8(void **state)
+{
+	(void)state;
+	assert_null(params_resolve_type("caf\xe9"));
+}
+
+static void names(void **state)
+{
+	(void)state;
+	assert_true(params_name_ok("x"));
+	assert_true(params_name_ok("_private2"));
+	assert_false(params_name_ok("2x"));
+	assert_false(params_name_ok("class"));
+	assert_false(params_name_ok("a-b"));
+	assert_false(params_name_ok(""));
+}
+
+/* papermill merges -y, then -p, then -r, whatever the order given. */
+static void layers_in_papermill_order(void **state)
+{
+	struct params p;
+	json_t *all;
+
+	(void)state;
+	assert_int_equal(params_init(&p), 0);
+	json_object_set_new(p.raw, "a", json_string("raw"));
+	json_object_set_new(p.typed, "a", json_integer(1));
+	json_object_set_new(p.typed, "b", json_integer(2));
+	json_object_set_new(p.yaml, "a", json_string("yaml"));
+	json_object_set_new(p.yaml, "b", json_string("yaml"));
+	json_object_set_new(p.yaml, "c", json_string("yaml"));
+	all = params_final(&p);
+	assert_string_equal(json_string_value(json_object_get(all, "a")), "raw");
+	assert_int_equal(json_integer_value(json_object_get(all, "b")), 2);
+	assert_string_equal(json_string_value(json_object_get(all, "c")), "yaml");
+	json_decref(all);
+	params_free(&p);
+}
+
+/* ---- jsonx ------------------------------------------------------------------------ */
+
+static void jsonx_round_trip(void **state)
+{
+	static const char in[] = "{\"big\": 123456789012345678901234567890, \"neg\": -99999999999999999999,"
+				 " \"inf\": Infinity, \"ninf\": -Infinity, \"nan\": NaN, \"huge\": 1e400,"
+				 " \"i\": -0, \"f\": 0.1, \"s\": \"\\u00e9\\ud83d\\ude00\", \"l\": [1, [true, null]]}";
+	char err[160];
+	json_t *v = jsonx_loadb(in, strlen(in), err, sizeof(err)), *plain;
+	const char *text;
+	char *out;
+
+	(void)state;
+	if (!v)
+		fail_msg("%s", err);
+	assert_int_equal(jsonx_kind_of(json_object_get(v, "big"), &text), JSONX_BIGINT);
+	assert_string_equal(text, "123456789012345678901234567890");
+	assert_int_equal(jsonx_kind_of(json_object_get(v, "huge"), &text), JSONX_NONFINITE);
+	assert_string_equal(text, "inf");
+	assert_int_equal(json_integer_value(json_object_get(v, "i")), 0);
+	assert_string_equal(json_string_value(json_object_get(v, "s")), "\xc3\xa9\xf0\x9f\x98\x80");
+	/* jansson refuses to write a marker rather than write it as a string */
+	assert_null(json_dumps(v, JSON_COMPACT));
+	out = jsonx_dumps(v);
+	assert_string_equal(out, "{\"big\":123456789012345678901234567890,\"neg\":-99999999999999999999,"
+				 "\"inf\":Infinity,\"ninf\":-Infinity,\"nan\":NaN,\"huge\":Infinity,\"i\":0,"
+				 "\"f\":0.1,\"s\":\"\xc3\xa9\xf0\x9f\x98\x80\",\"l\":[1,[true,null]]}");
+	free(out);
+	plain = jsonx_plain(v);
+	out = json_dumps(plain, JSON_COMPACT);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"big\":\"123456789012345678901234567890\""));
+	assert_non_null(strstr(out, "\"ninf\":\"-inf\""));
+	free(out);
+	json_decref(plain);
+	json_decref(v);
+}
+
+static void jsonx_refuses(void **state)
+{
+	static const char *const bad[] = {
+		"{\"a\": 1, \"a\": 2}", "[1,]", "{\"a\" 1}", "\"\\ud800\"", "\"caf\xe9\"", "01", "1.",
+		"-", "[1] x", "\"a\x01\"", "infinity", "{\"a\\u0000\": 1}", "",
+	};
+	char err[160];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *v = jsonx_loadb(bad[i], strlen(bad[i]), err, sizeof(err));
+		if (v)
+			fail_msg("'%s' was accepted", bad[i]);
+		assert_true(err[0] != '\0');
+	}
+}
+
+static void jsonx_depth_capped(void **state)
+{
+	char deep[300];
+	char err[160];
+
+	(void)state;
+	memset(deep, '[', 200);
+	deep[200] = '\0';
+	assert_null(jsonx_loadb(deep, 200, err, sizeof(err)));
+	assert_non_null(strstr(err, "nested"));
+}
+
+/* ---- injection -------------------------------------------------------------------- */
+
+static const char NB[] =
+	"{\"nbformat\":4,\"nbformat_minor\":5,\"metadata\":{\"kernelspec\":{\"name\":\"python3\","
+	"\"display_name\":\"Python 3\",\"language\":\"python\"}},\"cells\":["
+	"{\"cell_type\":\"code\",\"id\":\"p\",\"metadata\":{\"tags\":[\"parameters\"]},"
+	"\"execution_count\":null,\"outputs\":[],\"source\":\"x = 0\"}]}";
+
+static char *injected_source(const char *params)
+{
+	struct nbrun_ctx ctx = { "" };
+	char *out = NULL, *src;
+	json_t *nb;
+
+	if (nbrun_notebook_inject_params(&out, NULL, &ctx, NB, strlen(NB), params) < 0)
+		fail_msg("inject: %s", ctx.errmsg);
+	nb = json_loads(out, 0, NULL);
+	assert_non_null(nb);
+	src = strdup(json_string_value(json_object_get(json_array_get(json_object_get(nb, "cells"), 1),
+						       "source")));
+	json_decref(nb);
+	free(out);
+	return src;
+}
+
+/* Values JSON numbers cannot hold reach the kernel exactly. */
+static void inject_exact_values(void **state)
+{
+	char *src;
+
+	(void)state;
+	src = injected_source("{\"big\": 123456789012345678901234567890, \"inf\": Infinity,"
+			      " \"ninf\": -Infinity, \"nan\": NaN, \"f\": 0.1, \"one\": 1.0,"
+			      " \"l\": [-99999999999999999999, NaN]}");
+	assert_string_equal(src, "# Parameters\n"
+				 "big = 123456789012345678901234567890\n"
+				 "inf = float('inf')\n"
+				 "ninf = float('-inf')\n"
+				 "nan = float('nan')\n"
+				 "f = 0.1\n"
+				 "one = 1.0\n"
+				 "l = [-99999999999999999999, float('nan')]\n");
+	free(src);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(typing_as_papermill),
+		cmocka_unit_test(typing_int_digit_limit),
+		cmocka_unit_test(typing_not_utf8),
+		cmocka_unit_test(names),
+		cmocka_unit_test(layers_in_papermill_order),
+		cmocka_unit_test(jsonx_round_trip),
+		cmocka_unit_test(jsonx_refuses),
+		cmocka_unit_test(jsonx_depth_capped),
+		cmocka_unit_test(inject_exact_values),
+	};
+	unit_filter_args(argc, argv);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
