@@ -50,12 +50,20 @@ static void serve_help(void)
 	       "  GET  /v1/health               no token needed, no secrets\n"
 	       "  GET  /metrics                 Prometheus text\n"
 	       "  POST /mcp                     the MCP server of 'nbrun mcp' (Streamable HTTP)\n"
+	       "  POST /v1/sessions             {\"timeout_idle\": \"10m\", \"env\": {}, \"files\": [...]} -> {\"id\"}\n"
+	       "  POST /v1/sessions/ID/execute  {\"code\", \"timeout\"}: state kept between executes\n"
+	       "  PUT|GET /v1/sessions/ID/files/PATH, GET .../files, GET .../notebook,\n"
+	       "  POST .../interrupt, POST .../restart, DELETE /v1/sessions/ID, GET /v1/sessions\n"
+	       "'Accept: application/x-ndjson' on runs and executes streams one JSON event a\n"
+	       "line as it happens, the result document last.\n"
 	       "Every request but health needs 'Authorization: Bearer TOKEN'.\n"
 	       "\n"
 	       "Server:\n"
 	       "  --listen HOST:PORT    TCP address (default 127.0.0.1:%d; port 0 picks one)\n"
 	       "  --socket PATH         a unix socket instead (mode 0660, removed on exit)\n"
-	       "  --token-file FILE     the bearer token (first line); without it a random token\n"
+	       "  --token-file FILE     the bearer token (first line; each further line is another\n"
+	       "                        tenant's token: a session is seen only by the token\n"
+	       "                        that opened it); without it a random token\n"
 	       "                        is written to STATE/token (0600), and only loopback\n"
 	       "                        addresses and unix sockets are allowed\n"
 	       "  --state-dir DIR       runs and token (default $NBRUN_STATE_DIR, /var/lib/nbrun as\n"
@@ -67,6 +75,9 @@ static void serve_help(void)
 	       "                        and matplotlib imported; each serves one run and is then\n"
 	       "                        destroyed. A run with other limits or an env is cold.\n"
 	       "                        0: every run cold (default 2)\n"
+	       "  --max-sessions N      sessions open at once; more get 503 (default %d)\n"
+	       "  --session-idle DUR    a session unused this long is closed (default 10m)\n"
+	       "  --session-lifetime DUR  the most a session lives (default 1h)\n"
 	       "  -h, --help            this text\n"
 	       "Run defaults and limits (a request may lower the timeout, not raise it; -e\n"
 	       "variables go to every run, a request's env wins on the same name):\n"
@@ -77,7 +88,8 @@ static void serve_help(void)
 	       "idle connections closed after %d s; at most 256 connections.\n"
 	       "\n"
 	       "Exit codes: 0 stopped by a signal, 2 usage, 5 cannot listen or write the state.\n",
-	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, cli_run_options_help, SERVE_CONN_TIMEOUT_S);
+	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, cli_run_options_help,
+	       SERVE_CONN_TIMEOUT_S);
 }
 
 /* ---- state directory --------------------------------------------------------------- */
@@ -237,6 +249,64 @@ out:
 
 /* ---- token ------------------------------------------------------------------------ */
 
+/* A token: at least 16 characters, no spaces or control characters. */
+static bool serve_token_ok(const char *t, size_t n)
+{
+	if (n < 16 || n > SERVE_TOKEN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/*
+ * The lines after the first token: one tenant each (blank lines and lines
+ * starting with '#' skipped). rest is what was read past the first line;
+ * the file goes on in f.
+ */
+static int serve_read_tenants(struct serve *s, FILE *f, const char *path, const char *rest)
+{
+	char *all = NULL, *line, *save = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&all, &len);
+	char chunk[4096];
+	size_t got;
+	int rc = 0;
+
+	if (!m)
+		return -1;
+	fputs(rest, m);
+	while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0 && len < (1u << 20))
+		fwrite(chunk, 1, got, m);
+	fclose(m);
+	for (line = strtok_r(all, "\r\n", &save); line && rc == 0; line = strtok_r(NULL, "\r\n", &save)) {
+		size_t n = strlen(line);
+		char **t;
+		while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
+			line[--n] = '\0';
+		if (!n || line[0] == '#')
+			continue;
+		if (!serve_token_ok(line, n) || s->n_tenant_tokens >= 1024) {
+			cli_error("a tenant token in %s is shorter than 16 characters, has spaces or "
+				  "control characters, or is one too many (1024)", path);
+			rc = -1;
+			break;
+		}
+		t = realloc(s->tenant_tokens, (s->n_tenant_tokens + 1) * sizeof(*t));
+		if (!t || !(t[s->n_tenant_tokens] = strdup(line))) {
+			if (t)
+				s->tenant_tokens = t;
+			rc = -1;
+			break;
+		}
+		s->tenant_tokens = t;
+		s->n_tenant_tokens++;
+	}
+	free(all);
+	return rc;
+}
+
 static int serve_read_token(struct serve *s, const char *path)
 {
 	FILE *f = fopen(path, "re");
@@ -247,8 +317,12 @@ static int serve_read_token(struct serve *s, const char *path)
 		return -1;
 	}
 	n = fread(s->token, 1, SERVE_TOKEN_MAX, f);
-	fclose(f);
 	s->token[n] = '\0';
+	if (serve_read_tenants(s, f, path, s->token + strcspn(s->token, "\r\n")) < 0) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
 	s->token[strcspn(s->token, "\r\n")] = '\0';
 	n = strlen(s->token);
 	while (n && (s->token[n - 1] == ' ' || s->token[n - 1] == '\t'))
@@ -468,7 +542,8 @@ int cmd_serve(int argc, char **argv)
 {
 	enum {
 		OPT_LISTEN = CLI_OPT_FIRST_LOCAL, OPT_SOCKET, OPT_TOKEN_FILE, OPT_POOL, OPT_STATE_DIR,
-		OPT_MAX_RUNS, OPT_KEEP, OPT_RETENTION,
+		OPT_MAX_RUNS, OPT_KEEP, OPT_RETENTION, OPT_MAX_SESSIONS, OPT_SESSION_IDLE,
+		OPT_SESSION_LIFE,
 	};
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -479,6 +554,9 @@ int cmd_serve(int argc, char **argv)
 		{ "max-runs", required_argument, NULL, OPT_MAX_RUNS },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "retention", required_argument, NULL, OPT_RETENTION },
+		{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
+		{ "session-idle", required_argument, NULL, OPT_SESSION_IDLE },
+		{ "session-lifetime", required_argument, NULL, OPT_SESSION_LIFE },
 		{ "help", no_argument, NULL, 'h' },
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -502,6 +580,9 @@ int cmd_serve(int argc, char **argv)
 	s.pool_size = 2;
 	s.keep_runs = SERVE_DEFAULT_KEEP;
 	s.retention_ms = SERVE_DEFAULT_RETENTION_MS;
+	s.max_sessions = SERVE_DEFAULT_MAX_SESSIONS;
+	s.session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
+	s.session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.idle, NULL);
 	if (cli_run_args_init(&args, argc) < 0) {
@@ -549,6 +630,24 @@ int cmd_serve(int argc, char **argv)
 				goto out;
 			}
 			break;
+		case OPT_MAX_SESSIONS:
+			if (!strcmp(optarg, "0"))
+				n = 0;
+			else if (cli_parse_count(&n, optarg) < 0 || n > 4096) {
+				cli_usage_error("serve", "--max-sessions: '%s' is not a whole number from 0 to 4096", optarg);
+				goto out;
+			}
+			s.max_sessions = (unsigned int)n;
+			break;
+		case OPT_SESSION_IDLE:
+		case OPT_SESSION_LIFE:
+			if (cli_parse_duration(c == OPT_SESSION_IDLE ? &s.session_idle_ms : &s.session_life_ms,
+					       optarg) < 0) {
+				cli_usage_error("serve", "--%s: '%s' is not a positive duration",
+						c == OPT_SESSION_IDLE ? "session-idle" : "session-lifetime", optarg);
+				goto out;
+			}
+			break;
 		case 'h':
 			serve_help();
 			ret = CLI_EXIT_OK;
@@ -574,6 +673,8 @@ int cmd_serve(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "serve"))
 		goto out;
+	if (s.session_idle_ms > s.session_life_ms)
+		s.session_idle_ms = s.session_life_ms;
 	s.opts = args.opts;
 	s.opts.files = NULL;
 	s.opts.file_count = 0;
@@ -611,6 +712,8 @@ int cmd_serve(int argc, char **argv)
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
 
+	if (serve_sessions_start(&s) < 0)
+		goto out;
 	s.mcp = mcp_server_new(&s);
 	if (!s.mcp) {
 		cli_error("out of memory");
@@ -635,6 +738,7 @@ int cmd_serve(int argc, char **argv)
 		s.runs_active);
 	serve_http_quiesce(http);
 	mcp_server_cancel_all(s.mcp);
+	serve_sessions_interrupt_all(&s);
 	if (socket_made) {
 		unlink(sock_path);
 		socket_made = false;
@@ -657,6 +761,11 @@ int cmd_serve(int argc, char **argv)
 out:
 	serve_http_stop(http);
 	mcp_server_free(s.mcp);
+	/* Every session's sandbox is removed before the server exits. */
+	serve_sessions_stop(&s);
+	for (size_t i = 0; i < s.n_tenant_tokens; i++)
+		free(s.tenant_tokens[i]);
+	free(s.tenant_tokens);
 	/* Every warm sandbox is removed before the server exits. */
 	nbrun_pool_free(s.pool);
 	if (fd >= 0)

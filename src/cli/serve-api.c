@@ -475,7 +475,7 @@ out:
  * Add url (always) and content_base64 (when inline is set and the bytes fit
  * the caps) to each image and file entry.
  */
-static void serve_add_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data)
+void serve_add_refs(json_t *doc, const char *prefix, int run_fd, bool inline_data)
 {
 	static const char *const lists[] = { "images", "files" };
 	size_t budget = SERVE_INLINE_ALL;
@@ -493,7 +493,7 @@ static void serve_add_refs(json_t *doc, const char *run_id, int run_fd, bool inl
 				continue;
 			/* path is "images/NAME" or "files/PATH": the url mirrors it. */
 			enc = serve_url_path(path);
-			if (enc && asprintf(&url, "/v1/runs/%s/%s", run_id, enc) >= 0)
+			if (enc && asprintf(&url, "%s/%s", prefix, enc) >= 0)
 				json_object_set_new(e, "url", json_string(url));
 			free(enc);
 			free(url);
@@ -625,6 +625,8 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	opts.cancel = req->cancel ? req->cancel : s->stopping;
 	opts.progress = req->progress;
 	opts.payload = req->payload;
+	opts.on_event = req->on_event;
+	opts.event_payload = req->event_payload;
 	if (req->timeout_ms) {
 		opts.timeout_ms = req->timeout_ms;
 		if (opts.cell_timeout_ms > opts.timeout_ms)
@@ -670,7 +672,11 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 		serve_reply_error(reply, 500, "internal", "cannot write the run's result.json");
 		goto out;
 	}
-	serve_add_refs(doc, run_id, run_fd, true);
+	{
+		char prefix[128];
+		snprintf(prefix, sizeof(prefix), "/v1/runs/%s", run_id);
+		serve_add_refs(doc, prefix, run_fd, true);
+	}
 	reply->status = 200;
 	reply->body = doc;
 	doc = NULL;
@@ -703,7 +709,11 @@ void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char
 	doc = json_loadfd(fd, 0, NULL);
 	if (!json_is_object(doc))
 		goto out;
-	serve_add_refs(doc, run_id, run_fd, false);
+	{
+		char prefix[128];
+		snprintf(prefix, sizeof(prefix), "/v1/runs/%s", run_id);
+		serve_add_refs(doc, prefix, run_fd, false);
+	}
 	reply->status = 200;
 	reply->body = doc;
 	doc = NULL;

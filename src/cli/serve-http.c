@@ -25,6 +25,9 @@ struct serve_http {
 	struct MHD_Daemon *daemon;
 	struct serve *s;
 	unsigned char token_hash[32];
+	/* the tokens of tenants 1..n (tenant 0 is token_hash) */
+	unsigned char (*tenant_hash)[32];
+	size_t n_tenants;
 };
 
 enum serve_route {
@@ -44,6 +47,8 @@ struct serve_conn {
 	struct buf body;
 	bool too_large;
 	bool mcp; /* a POST /mcp */
+	bool sessions; /* a POST or PUT below /v1/sessions */
+	int tenant;
 	uint64_t discarded; /* bytes past the cap; a body that goes on and on gets the connection closed */
 	uint64_t t0;
 };
@@ -55,20 +60,35 @@ static int serve_hash(unsigned char out[32], const char *s, size_t n)
 	return EVP_Digest(s, n, out, &len, EVP_sha256(), NULL) == 1 && len == 32 ? 0 : -1;
 }
 
-/* Constant time whatever the length of what was sent: compare SHA-256 digests. */
-static bool serve_authorized(struct serve_http *h, struct MHD_Connection *c)
+/*
+ * The tenant whose token was sent (0 for the first token), or -1. Constant
+ * time whatever the length of what was sent: SHA-256 digests are compared,
+ * every one of them.
+ */
+static int serve_tenant(struct serve_http *h, struct MHD_Connection *c)
 {
 	const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	unsigned char got[32];
+	int tenant = -1;
 
 	if (!v || strncasecmp(v, "Bearer ", 7))
-		return false;
+		return -1;
 	v += 7;
 	while (*v == ' ')
 		v++;
 	if (serve_hash(got, v, strlen(v)) < 0)
-		return false;
-	return CRYPTO_memcmp(got, h->token_hash, sizeof(got)) == 0;
+		return -1;
+	if (CRYPTO_memcmp(got, h->token_hash, sizeof(got)) == 0)
+		tenant = 0;
+	for (size_t i = 0; i < h->n_tenants; i++)
+		if (CRYPTO_memcmp(got, h->tenant_hash[i], sizeof(got)) == 0)
+			tenant = (int)i + 1;
+	return tenant;
+}
+
+static bool serve_authorized(struct serve_http *h, struct MHD_Connection *c)
+{
+	return serve_tenant(h, c) >= 0;
 }
 
 static void serve_log(struct MHD_Connection *c, const char *method, const char *url,
@@ -250,6 +270,12 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 	if (serve_request_parse(&req, &reply, h->s, sc->body.data ? sc->body.data : "", sc->body.len,
 				tmp_root) == 0) {
 		buf_free(&sc->body); /* the files are on disk now */
+		if (serve_wants_ndjson(c)) {
+			unsigned int status = 500;
+			struct MHD_Response *r = serve_stream_run(h->s, c, &req, &status);
+			serve_log(c, method, url, status, sc);
+			return serve_queue(c, status, r, NULL);
+		}
 		serve_api_run(&reply, h->s, &req);
 		serve_request_free(&req);
 	}
@@ -283,6 +309,17 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			*upload_data_size = 0;
 			return MHD_YES;
 		}
+		if (sc->sessions) {
+			unsigned int status = 500;
+			struct MHD_Response *r;
+			if (sc->too_large)
+				return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+							method, url, sc);
+			r = serve_sessions_handle(h->s, c, sc->tenant, method, url,
+						  sc->body.data ? sc->body.data : "", sc->body.len, &status);
+			serve_log(c, method, url, status, sc);
+			return serve_queue(c, status, r, NULL);
+		}
 		if (sc->mcp) {
 			unsigned int status = 500;
 			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, sc->body.data ? sc->body.data : "",
@@ -302,6 +339,31 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		return serve_send_error(c, 401, "auth",
 					"missing or wrong token (send 'Authorization: Bearer TOKEN')",
 					method, url, NULL);
+	if (serve_sessions_route(url)) {
+		unsigned int status = 500;
+		struct MHD_Response *r;
+		if (serve_sessions_wants_body(method)) {
+			len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+			if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
+				return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+							method, url, NULL);
+			sc = calloc(1, sizeof(*sc));
+			if (!sc)
+				return MHD_NO;
+			buf_init(&sc->body, SERVE_BODY_MAX);
+			sc->sessions = true;
+			sc->tenant = serve_tenant(h, c);
+			sc->t0 = clock_mono_ms();
+			*con_cls = sc;
+			pthread_mutex_lock(&h->s->lock);
+			h->s->posts_open++;
+			pthread_mutex_unlock(&h->s->lock);
+			return MHD_YES;
+		}
+		r = serve_sessions_handle(h->s, c, serve_tenant(h, c), method, url, NULL, 0, &status);
+		serve_log(c, method, url, status, NULL);
+		return serve_queue(c, status, r, NULL);
+	}
 	if (route == ROUTE_NONE || (route == ROUTE_MCP && !h->s->mcp))
 		return serve_send_error(c, 404, "not_found", "no such endpoint", method, url, NULL);
 	if (route == ROUTE_MCP && strcmp(method, "POST")) {
@@ -378,12 +440,17 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 {
 	struct serve_http *h = calloc(1, sizeof(*h));
 
-	if (!h || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0) {
+	if (!h || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0 ||
+	    (s->n_tenant_tokens &&
+	     !(h->tenant_hash = calloc(s->n_tenant_tokens, sizeof(*h->tenant_hash))))) {
 		cli_error("out of memory");
 		close(listen_fd);
 		free(h);
 		return NULL;
 	}
+	for (size_t i = 0; i < s->n_tenant_tokens; i++)
+		if (serve_hash(h->tenant_hash[i], s->tenant_tokens[i], strlen(s->tenant_tokens[i])) == 0)
+			h->n_tenants = i + 1;
 	h->s = s;
 	/*
 	 * A thread per connection: a run blocks its handler for seconds, and
@@ -401,6 +468,7 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 	if (!h->daemon) {
 		cli_error("cannot start the HTTP server (libmicrohttpd)");
 		close(listen_fd);
+		free(h->tenant_hash);
 		free(h);
 		return NULL;
 	}
@@ -420,5 +488,6 @@ void serve_http_stop(struct serve_http *h)
 	if (!h)
 		return;
 	MHD_stop_daemon(h->daemon);
+	free(h->tenant_hash);
 	free(h);
 }

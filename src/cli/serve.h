@@ -64,6 +64,15 @@ struct serve {
 	struct nbrun_pool *pool;
 	/* The MCP server answering at /mcp (mcp.h); NULL: none. */
 	struct mcp_server *mcp;
+	/* Sessions (serve-session.c); their limits. */
+	struct serve_sessions *sessions;
+	unsigned int max_sessions;
+	uint64_t session_idle_ms;     /* default idle timeout of a session */
+	uint64_t session_life_ms;     /* the most a session lives */
+	/* Tokens after the first (one per line of --token-file): each is a
+	 * tenant; a session is visible only to the tenant that opened it. */
+	char **tenant_tokens;
+	size_t n_tenant_tokens;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
 	const volatile sig_atomic_t *stopping;
 
@@ -90,6 +99,8 @@ struct serve_request {
 	const volatile sig_atomic_t *cancel;
 	nbrun_progress_cb progress;
 	void *payload;
+	nbrun_event_cb on_event; /* live events of the run (an NDJSON stream), or NULL */
+	void *event_payload;
 };
 
 /* HTTP-ish outcome of an API call: status code and a JSON body. */
@@ -115,6 +126,12 @@ char *serve_api_metrics(struct serve *s);
 void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 bool serve_run_id_valid(const char *id);
+/*
+ * Add "url" (prefix/PATH) to each image and file entry of a result
+ * document, and "content_base64" when inline_data and the bytes fit the
+ * caps; dir_fd is the directory the paths are relative to.
+ */
+void serve_add_refs(json_t *doc, const char *prefix, int dir_fd, bool inline_data);
 /* Percent-encode a relative path for a URL (keeps '/'). malloc'd or NULL. */
 char *serve_url_path(const char *path);
 /* Base64 without line breaks (libb64 wraps lines). malloc'd or NULL. */
@@ -130,6 +147,39 @@ int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve
 		  const struct serve_request *req, const struct nbrun_run_options *opts);
 /* Upper bounds ("le") of the duration histogram's buckets, SERVE_BUCKETS of them. */
 const double *serve_buckets(void);
+
+/* serve-session.c */
+#define SERVE_DEFAULT_MAX_SESSIONS 16
+#define SERVE_DEFAULT_SESSION_IDLE_MS (600u * 1000u)
+#define SERVE_DEFAULT_SESSION_LIFE_MS (3600u * 1000u)
+struct MHD_Connection;
+struct MHD_Response;
+/* The session table and its reaper (idle timeout, lifetime). 0 or -1 (message printed). */
+int serve_sessions_start(struct serve *s);
+/* Interrupt every running execution (shutdown). */
+void serve_sessions_interrupt_all(struct serve *s);
+/* Close every session and stop the reaper; NULL table is fine. */
+void serve_sessions_stop(struct serve *s);
+/* True when url is under /v1/sessions. */
+bool serve_sessions_route(const char *url);
+/* True when the request to url has a body to collect first (POST, PUT). */
+bool serve_sessions_wants_body(const char *method);
+/*
+ * Answer one request under /v1/sessions for tenant (the index of the
+ * token): the response (content type set) and its status.
+ */
+struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connection *c, int tenant,
+					   const char *method, const char *url, const char *body,
+					   size_t len, unsigned int *status);
+/*
+ * POST /v1/runs with Accept: application/x-ndjson: the run executes in a
+ * thread of its own and its events stream out, one JSON object a line, the
+ * result document (or an error) last. A client that goes away cancels it.
+ */
+struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
+				      struct serve_request *req, unsigned int *status);
+/* True when the request asks for an NDJSON stream. */
+bool serve_wants_ndjson(struct MHD_Connection *c);
 
 /* serve-http.c */
 struct serve_http;

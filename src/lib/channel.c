@@ -60,7 +60,7 @@ static int chan_wait(struct nbrun__chan *ch, short events, uint64_t deadline_ms)
 {
 	for (;;) {
 		uint64_t now = clock_mono_ms();
-		int slice = 200, n;
+		int slice = ch->poke ? 50 : 200, n;
 		struct pollfd p = { ch->conn->fd, events, 0 };
 
 		if (ch->cancel && *ch->cancel)

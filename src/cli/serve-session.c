@@ -1,0 +1,1019 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nbrun serve: sessions (/v1/sessions: a kernel kept across calls, one
+ * tenant's only) and NDJSON streams of runs and executions.
+ *
+ * A session is used by one request at a time (409 otherwise), except its
+ * interrupt; a reaper closes sessions past their idle timeout or lifetime.
+ * A stream's execution runs in a thread of its own and writes one JSON
+ * line per event into a pipe that the connection's thread sends on; when
+ * the client goes away, the run is cancelled or the session's cell
+ * interrupted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "cli.h"
+#include "fdio.h"
+#include "serve.h"
+
+#define SESSION_REAP_MS 1000
+/* The largest file a GET of a session file sends (the sandbox disk bounds it anyway). */
+#define SESSION_GET_MAX (1ULL << 30)
+
+struct serve_session {
+	struct serve_session *next;
+	char id[16];
+	int tenant;
+	struct nbrun_session *ns;
+	int dir_fd;                 /* STATE/sessions/<id>: one directory per execution */
+	char *dir;
+	unsigned int execs;
+	uint64_t created_ms, last_ms, idle_ms;
+	unsigned int refs;          /* requests holding it */
+	bool busy;                  /* an operation other than interrupt is under way */
+	bool closing;               /* out of the table: closed when the last ref goes */
+};
+
+struct serve_sessions {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	struct serve_session *list;
+	unsigned int count;
+	bool stop;
+	pthread_t reaper;
+	bool have_reaper;
+	char *dir;
+	int dir_fd;
+};
+
+/* ---- replies --------------------------------------------------------------------- */
+
+static struct MHD_Response *sess_json(unsigned int *status, unsigned int code, json_t *body)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	struct MHD_Response *r;
+
+	json_decref(body);
+	if (!text) {
+		static const char oom[] = "{\"error\": \"out of memory\", \"kind\": \"internal\"}";
+		*status = 500;
+		r = MHD_create_response_from_buffer(strlen(oom), (void *)oom, MHD_RESPMEM_PERSISTENT);
+	} else {
+		*status = code;
+		r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		if (!r)
+			free(text);
+	}
+	if (r)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	return r;
+}
+
+static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, const char *kind,
+				       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, const char *kind,
+				       const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	msg[strcspn(msg, "\r\n")] = '\0';
+	return sess_json(status, code, json_pack("{s:s, s:s}", "error", msg, "kind", kind));
+}
+
+static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const char *msg)
+{
+	switch (rc) {
+	case NBRUN_EINVAL:
+	case NBRUN_EPARSE:
+		return sess_error(status, 400, "request", "%s", msg);
+	case NBRUN_ENOTFOUND:
+		return sess_error(status, 404, "not_found", "%s", msg);
+	case NBRUN_EENGINE:
+	case NBRUN_ENOIMAGE:
+		return sess_error(status, 502, "engine", "%s", msg);
+	default:
+		return sess_error(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
+	}
+}
+
+/* ---- the table ----------------------------------------------------------------------- */
+
+static void sess_destroy(struct serve *s, struct serve_session *ss)
+{
+	nbrun_session_close(ss->ns);
+	if (ss->dir_fd >= 0)
+		close(ss->dir_fd);
+	serve_rm_tree(s->sessions->dir_fd, ss->id);
+	free(ss->dir);
+	free(ss);
+}
+
+/* The session id of tenant, held (refs + 1); NULL when there is none (another tenant's too). */
+static struct serve_session *sess_get(struct serve *s, const char *id, int tenant)
+{
+	struct serve_session *ss;
+
+	pthread_mutex_lock(&s->sessions->mu);
+	for (ss = s->sessions->list; ss; ss = ss->next)
+		if (!strcmp(ss->id, id) && ss->tenant == tenant)
+			break;
+	if (ss)
+		ss->refs++;
+	pthread_mutex_unlock(&s->sessions->mu);
+	return ss;
+}
+
+static void sess_put(struct serve *s, struct serve_session *ss)
+{
+	bool last;
+
+	pthread_mutex_lock(&s->sessions->mu);
+	last = --ss->refs == 0 && ss->closing;
+	ss->last_ms = clock_mono_ms();
+	pthread_cond_broadcast(&s->sessions->cond);
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (last)
+		sess_destroy(s, ss);
+}
+
+/* Take the session for one operation; false when another one runs. */
+static bool sess_claim(struct serve *s, struct serve_session *ss)
+{
+	bool ok;
+
+	pthread_mutex_lock(&s->sessions->mu);
+	ok = !ss->busy && !ss->closing;
+	if (ok)
+		ss->busy = true;
+	pthread_mutex_unlock(&s->sessions->mu);
+	return ok;
+}
+
+static void sess_unclaim(struct serve *s, struct serve_session *ss)
+{
+	pthread_mutex_lock(&s->sessions->mu);
+	ss->busy = false;
+	ss->last_ms = clock_mono_ms();
+	pthread_mutex_unlock(&s->sessions->mu);
+}
+
+/* Out of the table (it is closed when its last ref goes); false when already out. */
+static bool sess_unlink(struct serve *s, struct serve_session *ss)
+{
+	struct serve_session **pp;
+	bool found = false;
+
+	for (pp = &s->sessions->list; *pp; pp = &(*pp)->next)
+		if (*pp == ss) {
+			*pp = ss->next;
+			found = true;
+			break;
+		}
+	if (found) {
+		ss->closing = true;
+		s->sessions->count--;
+	}
+	return found;
+}
+
+static void sess_close(struct serve *s, struct serve_session *ss, const char *why)
+{
+	pthread_mutex_lock(&s->sessions->mu);
+	if (sess_unlink(s, ss))
+		fprintf(stderr, "nbrun: serve: session %s closed (%s)\n", ss->id, why);
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (ss->busy)
+		nbrun_session_interrupt(ss->ns);
+}
+
+static void *sess_reaper(void *arg)
+{
+	struct serve *s = arg;
+	struct serve_sessions *t = s->sessions;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->stop) {
+		struct timespec ts;
+		uint64_t now = clock_mono_ms();
+		struct serve_session *ss, *next, *gone = NULL;
+
+		for (ss = t->list; ss; ss = next) {
+			next = ss->next;
+			if (ss->busy || ss->refs)
+				continue;
+			if (now - ss->last_ms >= ss->idle_ms || now - ss->created_ms >= s->session_life_ms) {
+				fprintf(stderr, "nbrun: serve: session %s closed (%s)\n", ss->id,
+					now - ss->last_ms >= ss->idle_ms ? "idle timeout" : "lifetime over");
+				sess_unlink(s, ss);
+				ss->next = gone;
+				gone = ss;
+			}
+		}
+		if (gone) {
+			pthread_mutex_unlock(&t->mu);
+			while (gone) {
+				next = gone->next;
+				sess_destroy(s, gone);
+				gone = next;
+			}
+			pthread_mutex_lock(&t->mu);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)SESSION_REAP_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		pthread_cond_timedwait(&t->cond, &t->mu, &ts);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+int serve_sessions_start(struct serve *s)
+{
+	struct serve_sessions *t = calloc(1, sizeof(*t));
+
+	if (!t || asprintf(&t->dir, "%s/sessions", s->state_dir) < 0) {
+		free(t);
+		cli_error("out of memory");
+		return -1;
+	}
+	/* What a killed server left: its sessions died with it (nbrun gc and
+	 * the pool remove their containers). */
+	{
+		int sfd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (sfd >= 0) {
+			serve_rm_tree(sfd, "sessions");
+			close(sfd);
+		}
+	}
+	if (mkdir(t->dir, 0700) < 0 && errno != EEXIST) {
+		cli_error("cannot create %s: %s", t->dir, strerror(errno));
+		goto fail;
+	}
+	t->dir_fd = open(t->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (t->dir_fd < 0) {
+		cli_error("cannot open %s: %s", t->dir, strerror(errno));
+		goto fail;
+	}
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cond, NULL);
+	s->sessions = t;
+	if (pthread_create(&t->reaper, NULL, sess_reaper, s) != 0) {
+		cli_error("cannot start the session reaper");
+		s->sessions = NULL;
+		close(t->dir_fd);
+		goto fail;
+	}
+	t->have_reaper = true;
+	return 0;
+fail:
+	free(t->dir);
+	free(t);
+	return -1;
+}
+
+void serve_sessions_interrupt_all(struct serve *s)
+{
+	struct serve_session *ss;
+
+	if (!s->sessions)
+		return;
+	pthread_mutex_lock(&s->sessions->mu);
+	for (ss = s->sessions->list; ss; ss = ss->next)
+		nbrun_session_interrupt(ss->ns);
+	pthread_mutex_unlock(&s->sessions->mu);
+}
+
+void serve_sessions_stop(struct serve *s)
+{
+	struct serve_sessions *t = s->sessions;
+	struct serve_session *ss, *next;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	t->stop = true;
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->mu);
+	if (t->have_reaper)
+		pthread_join(t->reaper, NULL);
+	/* Connections are closed by now: nothing holds a session any more. */
+	for (ss = t->list; ss; ss = next) {
+		next = ss->next;
+		fprintf(stderr, "nbrun: serve: session %s closed (server stopping)\n", ss->id);
+		sess_destroy(s, ss);
+	}
+	close(t->dir_fd);
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->cond);
+	free(t->dir);
+	free(t);
+	s->sessions = NULL;
+}
+
+/* ---- streams ------------------------------------------------------------------------- */
+
+struct serve_stream {
+	struct serve *s;
+	int rfd, wfd;
+	int client_fd;
+	pthread_t th;
+	bool have_thread;
+	volatile sig_atomic_t cancel;    /* a run's cancel flag */
+	volatile sig_atomic_t finished;  /* the worker wrote its last line */
+	void (*work)(struct serve_stream *st);
+	void (*abort)(struct serve_stream *st);
+	void (*release)(struct serve_stream *st);
+	/* what the work needs */
+	struct serve_request req;
+	struct serve_session *ss;
+	char *code;
+	uint64_t timeout_ms;
+};
+
+/* One line into the pipe; a reader that went away is not an error of the run. */
+static void stream_line(struct serve_stream *st, const char *json, size_t len)
+{
+	if (st->wfd < 0)
+		return;
+	if (fd_write_all(st->wfd, json, len) < 0 || fd_write_all(st->wfd, "\n", 1) < 0) {
+		close(st->wfd);
+		st->wfd = -1;
+	}
+}
+
+static void stream_event(const char *json, size_t len, void *payload)
+{
+	stream_line(payload, json, len);
+}
+
+static void stream_last(struct serve_stream *st, json_t *doc)
+{
+	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+
+	if (text)
+		stream_line(st, text, strlen(text));
+	else
+		stream_line(st, "{\"error\": \"out of memory\", \"kind\": \"internal\"}", 46);
+	free(text);
+	json_decref(doc);
+}
+
+static void *stream_main(void *arg)
+{
+	struct serve_stream *st = arg;
+
+	st->work(st);
+	st->finished = 1;
+	if (st->wfd >= 0) {
+		close(st->wfd);
+		st->wfd = -1;
+	}
+	return NULL;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct serve_stream *st = cls;
+
+	(void)pos;
+	for (;;) {
+		struct pollfd p[2] = { { st->rfd, POLLIN, 0 }, { st->client_fd, POLLRDHUP, 0 } };
+		int n = poll(p, st->client_fd >= 0 ? 2 : 1, 500);
+		ssize_t got;
+
+		if (*st->s->stopping)
+			st->cancel = 1;
+		if (n < 0 && errno != EINTR)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (n > 0 && st->client_fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			return MHD_CONTENT_READER_END_WITH_ERROR; /* the client went away */
+		if (n <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		got = read(st->rfd, buf, max);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		return got == 0 ? MHD_CONTENT_READER_END_OF_STREAM : got;
+	}
+}
+
+static void stream_free(void *cls)
+{
+	struct serve_stream *st = cls;
+
+	if (!st->finished && st->abort)
+		st->abort(st);
+	close(st->rfd);
+	if (st->have_thread)
+		pthread_join(st->th, NULL);
+	if (st->wfd >= 0)
+		close(st->wfd);
+	if (st->release)
+		st->release(st);
+	free(st);
+}
+
+static struct MHD_Response *stream_start(struct serve_stream *st, struct MHD_Connection *c,
+					 unsigned int *status)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct MHD_Response *r;
+	int p[2];
+
+	st->client_fd = ci ? ci->connect_fd : -1;
+	st->rfd = st->wfd = -1;
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		if (st->release)
+			st->release(st);
+		free(st);
+		return sess_error(status, 500, "internal", "cannot make a pipe: %s", strerror(errno));
+	}
+	st->rfd = p[0];
+	st->wfd = p[1];
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, stream_read, st, stream_free);
+	if (!r) {
+		close(p[0]);
+		close(p[1]);
+		if (st->release)
+			st->release(st);
+		free(st);
+		return NULL;
+	}
+	if (pthread_create(&st->th, NULL, stream_main, st) == 0) {
+		st->have_thread = true;
+	} else {
+		stream_last(st, json_pack("{s:s, s:s}", "error", "cannot start the run's thread", "kind",
+					  "internal"));
+		close(st->wfd);
+		st->wfd = -1;
+		st->finished = 1;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+	*status = 200;
+	return r;
+}
+
+bool serve_wants_ndjson(struct MHD_Connection *c)
+{
+	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+
+	return a && strstr(a, "application/x-ndjson");
+}
+
+/* -- a run ---------------------------------------------------------------------------- */
+
+static void stream_run_work(struct serve_stream *st)
+{
+	struct serve_reply reply = { 0, NULL, 0 };
+
+	st->req.cancel = &st->cancel;
+	st->req.on_event = stream_event;
+	st->req.event_payload = st;
+	serve_api_run(&reply, st->s, &st->req);
+	stream_last(st, reply.body);
+}
+
+static void stream_run_abort(struct serve_stream *st)
+{
+	st->cancel = 1;
+}
+
+static void stream_run_release(struct serve_stream *st)
+{
+	serve_request_free(&st->req);
+}
+
+struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
+				      struct serve_request *req, unsigned int *status)
+{
+	struct serve_stream *st = calloc(1, sizeof(*st));
+
+	if (!st) {
+		serve_request_free(req);
+		return sess_error(status, 500, "internal", "out of memory");
+	}
+	st->s = s;
+	st->req = *req;
+	memset(req, 0, sizeof(*req));
+	st->work = stream_run_work;
+	st->abort = stream_run_abort;
+	st->release = stream_run_release;
+	return stream_start(st, c, status);
+}
+
+/* ---- session endpoints ------------------------------------------------------------ */
+
+/* POST /v1/sessions {"timeout_idle", "env", "files"} */
+static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *body, size_t len,
+				      unsigned int *status)
+{
+	struct serve_reply err = { 0, NULL, 0 };
+	struct serve_request req;
+	struct nbrun_run_options opts = s->opts;
+	struct nbrun_session *ns = NULL;
+	struct nbrun_ctx *ctx = NULL;
+	struct serve_session *ss = NULL;
+	json_t *doc, *v, *fwd = NULL;
+	const char *key;
+	char *text = NULL, tmp_root[4096];
+	uint64_t idle = s->session_idle_ms;
+	struct MHD_Response *r = NULL;
+	int rc;
+
+	memset(&req, 0, sizeof(req));
+	doc = json_loadb(len ? body : "{}", len ? len : 2, JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(doc)) {
+		json_decref(doc);
+		return sess_error(status, 400, "request", "the body must be a JSON object");
+	}
+	json_object_foreach(doc, key, v) {
+		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files")) {
+			r = sess_error(status, 400, "request",
+				       "unknown key '%.64s' (timeout_idle, env, files)", key);
+			goto out;
+		}
+	}
+	v = json_object_get(doc, "timeout_idle");
+	if (v && (!json_is_string(v) || cli_parse_duration(&idle, json_string_value(v)) < 0 ||
+		  idle == 0 || idle > s->session_life_ms)) {
+		r = sess_error(status, 400, "request",
+			       "timeout_idle: want a duration such as \"10m\", at most the session lifetime of %llu s",
+			       (unsigned long long)(s->session_life_ms / 1000));
+		goto out;
+	}
+	/* env and files are checked as a run's are. */
+	fwd = json_pack("{s:s}", "code", "");
+	if (fwd && json_object_get(doc, "env"))
+		json_object_set(fwd, "env", json_object_get(doc, "env"));
+	if (fwd && json_object_get(doc, "files"))
+		json_object_set(fwd, "files", json_object_get(doc, "files"));
+	text = fwd ? json_dumps(fwd, JSON_COMPACT) : NULL;
+	if (!text) {
+		r = sess_error(status, 500, "internal", "out of memory");
+		goto out;
+	}
+	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", s->state_dir);
+	if (serve_request_parse(&req, &err, s, text, strlen(text), tmp_root) < 0) {
+		r = sess_json(status, err.status, err.body);
+		goto out;
+	}
+	pthread_mutex_lock(&s->sessions->mu);
+	rc = s->sessions->count >= s->max_sessions || *s->stopping ? -1 : 0;
+	if (rc == 0)
+		s->sessions->count++; /* reserved */
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (rc < 0) {
+		r = sess_error(status, 503, "busy", "%u sessions are open, the most this server keeps",
+			       s->max_sessions);
+		if (r)
+			MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "30");
+		goto out;
+	}
+	opts.files = (const char *const *)req.files;
+	opts.file_count = req.file_count;
+	opts.env = (const char *const *)req.env;
+	opts.env_count = req.env_count;
+	opts.pool = s->pool;
+	opts.cancel = s->stopping;
+	opts.on_event = NULL;
+	if (nbrun_ctx_new(&ctx) < 0)
+		rc = NBRUN_ENOMEM;
+	else
+		rc = nbrun_session_open(&ns, ctx, &opts);
+	if (rc == 0 && !(ss = calloc(1, sizeof(*ss))))
+		rc = NBRUN_ENOMEM;
+	if (rc == 0) {
+		snprintf(ss->id, sizeof(ss->id), "%s", nbrun_session_id(ns));
+		ss->ns = ns;
+		ns = NULL;
+		ss->tenant = tenant;
+		ss->idle_ms = idle;
+		ss->created_ms = ss->last_ms = clock_mono_ms();
+		ss->dir_fd = -1;
+		if (mkdirat(s->sessions->dir_fd, ss->id, 0700) < 0 ||
+		    (ss->dir_fd = openat(s->sessions->dir_fd, ss->id,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+		    asprintf(&ss->dir, "%s/%s", s->sessions->dir, ss->id) < 0) {
+			ss->dir = NULL;
+			rc = NBRUN_EIO;
+		}
+	}
+	pthread_mutex_lock(&s->sessions->mu);
+	if (rc == 0) {
+		ss->next = s->sessions->list;
+		s->sessions->list = ss;
+	} else {
+		s->sessions->count--;
+	}
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (rc < 0) {
+		r = sess_lib_error(status, rc, rc == NBRUN_ENOMEM ? "out of memory"
+					       : rc == NBRUN_EIO ? "cannot make the session's directory"
+								 : nbrun_ctx_errmsg(ctx));
+		if (ss) {
+			ss->closing = true;
+			sess_destroy(s, ss);
+		}
+		goto out;
+	}
+	fprintf(stderr, "nbrun: serve: session %s opened (idle timeout %llu s)\n", ss->id,
+		(unsigned long long)(idle / 1000));
+	r = sess_json(status, 201, json_pack("{s:s, s:I, s:I}", "id", ss->id, "timeout_idle_s",
+					     (json_int_t)(idle / 1000), "lifetime_s",
+					     (json_int_t)(s->session_life_ms / 1000)));
+out:
+	nbrun_session_close(ns);
+	nbrun_ctx_free(ctx);
+	serve_request_free(&req);
+	json_decref(doc);
+	json_decref(fwd);
+	free(text);
+	return r;
+}
+
+static json_t *sess_info(struct serve *s, const struct serve_session *ss)
+{
+	uint64_t now = clock_mono_ms();
+
+	(void)s;
+	return json_pack("{s:s, s:I, s:I, s:I, s:b, s:b}", "id", ss->id, "executions",
+			 (json_int_t)ss->execs, "age_s", (json_int_t)((now - ss->created_ms) / 1000),
+			 "idle_s", (json_int_t)((now - ss->last_ms) / 1000), "busy", ss->busy,
+			 "kernel_dead", nbrun_session_kernel_dead(ss->ns) != 0);
+}
+
+static struct MHD_Response *sess_list(struct serve *s, int tenant, unsigned int *status)
+{
+	json_t *arr = json_array();
+	struct serve_session *ss;
+
+	pthread_mutex_lock(&s->sessions->mu);
+	for (ss = s->sessions->list; ss && arr; ss = ss->next)
+		if (ss->tenant == tenant)
+			json_array_append_new(arr, sess_info(s, ss));
+	pthread_mutex_unlock(&s->sessions->mu);
+	return sess_json(status, 200, arr ? json_pack("{s:o}", "sessions", arr) : NULL);
+}
+
+/* Parse {"code": "...", "timeout": "60s"}. */
+static int sess_parse_execute(struct serve *s, const char *body, size_t len, char **code,
+			      uint64_t *timeout_ms, struct MHD_Response **r, unsigned int *status)
+{
+	json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL), *v;
+	const char *key;
+	int rc = -1;
+
+	*code = NULL;
+	*timeout_ms = s->opts.timeout_ms;
+	if (!json_is_object(doc)) {
+		*r = sess_error(status, 400, "request", "the body must be a JSON object with \"code\"");
+		goto out;
+	}
+	json_object_foreach(doc, key, v) {
+		if (strcmp(key, "code") && strcmp(key, "timeout")) {
+			*r = sess_error(status, 400, "request", "unknown key '%.64s' (code, timeout)", key);
+			goto out;
+		}
+	}
+	v = json_object_get(doc, "code");
+	if (!json_is_string(v)) {
+		*r = sess_error(status, 400, "request", "code: want a string");
+		goto out;
+	}
+	v = json_object_get(doc, "timeout");
+	if (v && (!json_is_string(v) || cli_parse_duration(timeout_ms, json_string_value(v)) < 0 ||
+		  *timeout_ms > s->opts.timeout_ms)) {
+		*r = sess_error(status, 400, "request",
+				"timeout: want a positive duration such as \"60s\", at most %llu ms",
+				(unsigned long long)s->opts.timeout_ms);
+		goto out;
+	}
+	*code = strdup(json_string_value(json_object_get(doc, "code")));
+	if (!*code) {
+		*r = sess_error(status, 500, "internal", "out of memory");
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(doc);
+	return rc;
+}
+
+/*
+ * One execution: its result document with urls (and small outputs inline),
+ * or an error reply in *doc with *code set. The session is claimed.
+ */
+static json_t *sess_execute(struct serve *s, struct serve_session *ss, const char *code,
+			    uint64_t timeout_ms, nbrun_event_cb on_event, void *payload,
+			    unsigned int *http)
+{
+	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
+	struct nbrun_result *res = NULL;
+	char sub[16], *dir = NULL, *text = NULL, prefix[96];
+	json_t *doc = NULL;
+	int dfd = -1, rc;
+
+	snprintf(sub, sizeof(sub), "%u", ss->execs + 1);
+	if (asprintf(&dir, "%s/%s", ss->dir, sub) < 0)
+		return NULL;
+	eo.timeout_ms = timeout_ms;
+	eo.out_dir = dir;
+	eo.limits = s->opts.limits;
+	eo.max_file_bytes = s->opts.max_file_bytes;
+	eo.max_files = s->opts.max_files;
+	eo.on_event = on_event;
+	eo.event_payload = payload;
+	rc = nbrun_session_execute(&res, ss->ns, code, &eo);
+	ss->execs++;
+	if (rc < 0) {
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s", nbrun_session_errmsg(ss->ns));
+		*http = rc == NBRUN_EINVAL ? 400 : rc == NBRUN_EENGINE ? 502 : 500;
+		if (rc == NBRUN_EENGINE) {
+			sess_close(s, ss, "its sandbox is gone");
+			strncat(msg, "; the session was closed", sizeof(msg) - strlen(msg) - 1);
+		}
+		free(dir);
+		return json_pack("{s:s, s:s}", "error", msg, "kind", *http == 400 ? "request" : "engine");
+	}
+	*http = 200;
+	if (nbrun_result_to_json(&text, res, 0) == 0)
+		doc = json_loads(text, 0, NULL);
+	dfd = openat(ss->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (doc && dfd >= 0) {
+		snprintf(prefix, sizeof(prefix), "/v1/sessions/%s/outputs/%s", ss->id, sub);
+		serve_add_refs(doc, prefix, dfd, true);
+		json_object_set_new(doc, "notebook_url", json_sprintf("%s/notebook.ipynb", prefix));
+	}
+	if (dfd >= 0)
+		close(dfd);
+	nbrun_result_free(res);
+	free(text);
+	free(dir);
+	return doc;
+}
+
+static void stream_exec_work(struct serve_stream *st)
+{
+	unsigned int http = 500;
+	json_t *doc = sess_execute(st->s, st->ss, st->code, st->timeout_ms, stream_event, st, &http);
+
+	stream_last(st, doc);
+}
+
+static void stream_exec_abort(struct serve_stream *st)
+{
+	/* The cell stops; the kernel and its state stay. */
+	nbrun_session_interrupt(st->ss->ns);
+}
+
+static void stream_exec_release(struct serve_stream *st)
+{
+	sess_unclaim(st->s, st->ss);
+	sess_put(st->s, st->ss);
+	free(st->code);
+}
+
+static struct MHD_Response *sess_post_execute(struct serve *s, struct MHD_Connection *c,
+					      struct serve_session *ss, const char *body, size_t len,
+					      unsigned int *status, bool *handed)
+{
+	struct MHD_Response *r = NULL;
+	struct serve_stream *st;
+	unsigned int http = 500;
+	uint64_t timeout_ms;
+	char *code;
+	json_t *doc;
+
+	if (sess_parse_execute(s, body, len, &code, &timeout_ms, &r, status) < 0)
+		return r;
+	if (nbrun_session_kernel_dead(ss->ns)) {
+		free(code);
+		return sess_error(status, 409, "kernel_dead",
+				  "the session's kernel died; POST /v1/sessions/%s/restart to go on", ss->id);
+	}
+	if (!sess_claim(s, ss)) {
+		free(code);
+		return sess_error(status, 409, "busy", "the session is running another request");
+	}
+	if (serve_wants_ndjson(c)) {
+		st = calloc(1, sizeof(*st));
+		if (!st) {
+			sess_unclaim(s, ss);
+			free(code);
+			return sess_error(status, 500, "internal", "out of memory");
+		}
+		st->s = s;
+		st->ss = ss;
+		st->code = code;
+		st->timeout_ms = timeout_ms;
+		st->work = stream_exec_work;
+		st->abort = stream_exec_abort;
+		st->release = stream_exec_release;
+		*handed = true; /* the stream unclaims and puts the session */
+		return stream_start(st, c, status);
+	}
+	doc = sess_execute(s, ss, code, timeout_ms, NULL, NULL, &http);
+	sess_unclaim(s, ss);
+	free(code);
+	return doc ? sess_json(status, http, doc) : sess_error(status, 500, "internal", "out of memory");
+}
+
+/* A session file into a spool file, sent from there (bounded memory). */
+static struct MHD_Response *sess_get_file(struct serve *s, struct serve_session *ss,
+					  const char *path, unsigned int *status)
+{
+	struct MHD_Response *r;
+	struct stat st;
+	int fd, rc;
+
+	(void)s;
+	fd = openat(ss->dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sess_error(status, 500, "internal", "cannot make a spool file: %s", strerror(errno));
+	rc = nbrun_session_get_file(ss->ns, path, fd, SESSION_GET_MAX);
+	if (rc < 0) {
+		close(fd);
+		if (rc == NBRUN_EENGINE)
+			sess_close(s, ss, "its sandbox is gone");
+		return sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns));
+	}
+	if (fstat(fd, &st) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+		close(fd);
+		return sess_error(status, 500, "internal", "cannot read the spool file");
+	}
+	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+	if (!r) {
+		close(fd);
+		return NULL;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+	*status = 200;
+	return r;
+}
+
+static struct MHD_Response *sess_output(struct serve_session *ss, const char *rest,
+					unsigned int *status)
+{
+	struct MHD_Response *r;
+	struct stat st;
+	int fd = serve_open_below(ss->dir_fd, rest);
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return sess_error(status, 404, "not_found", "no such output");
+	}
+	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+	if (!r) {
+		close(fd);
+		return NULL;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+				strlen(rest) > 6 && !strcmp(rest + strlen(rest) - 6, ".ipynb")
+					? "application/x-ipynb+json"
+					: "application/octet-stream");
+	*status = 200;
+	return r;
+}
+
+bool serve_sessions_route(const char *url)
+{
+	return !strcmp(url, "/v1/sessions") || !strncmp(url, "/v1/sessions/", 13);
+}
+
+bool serve_sessions_wants_body(const char *method)
+{
+	return !strcmp(method, "POST") || !strcmp(method, "PUT");
+}
+
+/* The operations on one session that take it for their time. */
+static struct MHD_Response *sess_claimed(struct serve *s, struct serve_session *ss,
+					 const char *method, const char *rest, const char *body,
+					 size_t len, unsigned int *status)
+{
+	struct MHD_Response *r;
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	char *text = NULL;
+	int rc = 0, truncated = 0;
+
+	if (!sess_claim(s, ss))
+		return sess_error(status, 409, "busy", "the session is running another request");
+	if (!strcmp(rest, "restart") && !strcmp(method, "POST")) {
+		rc = nbrun_session_restart(ss->ns);
+		r = rc < 0 ? sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns))
+			   : sess_json(status, 200, json_pack("{s:b}", "restarted", 1));
+	} else if (!strcmp(rest, "files") && get) {
+		rc = nbrun_session_list_files(&text, &truncated, ss->ns);
+		r = rc < 0 ? sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns))
+			   : sess_json(status, 200,
+				       json_pack("{s:o, s:b}", "files", json_loads(text, 0, NULL),
+						 "truncated", truncated));
+	} else if (!strncmp(rest, "files/", 6) && rest[6] && get) {
+		r = sess_get_file(s, ss, rest + 6, status);
+	} else if (!strncmp(rest, "files/", 6) && rest[6] && !strcmp(method, "PUT")) {
+		rc = nbrun_session_put_file(ss->ns, rest + 6, body, len);
+		r = rc < 0 ? sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns))
+			   : sess_json(status, 201,
+				       json_pack("{s:s, s:I}", "path", rest + 6, "bytes", (json_int_t)len));
+	} else if (!strcmp(rest, "notebook") && get) {
+		rc = nbrun_session_notebook(&text, ss->ns);
+		if (rc < 0) {
+			r = sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns));
+		} else {
+			r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+			if (r) {
+				text = NULL;
+				MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+							"application/x-ipynb+json");
+				*status = 200;
+			}
+		}
+	} else {
+		r = sess_error(status, 404, "not_found", "no such endpoint");
+	}
+	if (rc == NBRUN_EENGINE)
+		sess_close(s, ss, "its sandbox is gone");
+	free(text);
+	sess_unclaim(s, ss);
+	return r;
+}
+
+struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connection *c, int tenant,
+					   const char *method, const char *url, const char *body,
+					   size_t len, unsigned int *status)
+{
+	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	struct MHD_Response *r;
+	struct serve_session *ss;
+	char id[32];
+	const char *p, *rest;
+	size_t n;
+	bool handed = false;
+
+	if (!s->sessions)
+		return sess_error(status, 404, "not_found", "this server keeps no sessions");
+	if (!strcmp(url, "/v1/sessions")) {
+		if (!strcmp(method, "POST"))
+			return sess_open(s, tenant, body, len, status);
+		if (get)
+			return sess_list(s, tenant, status);
+		return sess_error(status, 405, "method", "use POST or GET");
+	}
+	p = url + 13;
+	n = strcspn(p, "/");
+	if (n == 0 || n >= sizeof(id))
+		return sess_error(status, 404, "not_found", "no such session");
+	memcpy(id, p, n);
+	id[n] = '\0';
+	rest = p[n] ? p + n + 1 : "";
+	ss = sess_get(s, id, tenant);
+	if (!ss)
+		return sess_error(status, 404, "not_found", "no session %.32s", id);
+	if (!*rest && get) {
+		json_t *info;
+		pthread_mutex_lock(&s->sessions->mu);
+		info = sess_info(s, ss);
+		pthread_mutex_unlock(&s->sessions->mu);
+		r = sess_json(status, 200, info);
+	} else if (!*rest && !strcmp(method, "DELETE")) {
+		sess_close(s, ss, "deleted");
+		r = sess_json(status, 200, json_pack("{s:s, s:b}", "id", ss->id, "closed", 1));
+	} else if (!strcmp(rest, "execute") && !strcmp(method, "POST")) {
+		r = sess_post_execute(s, c, ss, body, len, status, &handed);
+	} else if (!strcmp(rest, "interrupt") && !strcmp(method, "POST")) {
+		r = sess_json(status, 200,
+			      json_pack("{s:b}", "interrupted", nbrun_session_interrupt(ss->ns) == 1));
+	} else if (!strncmp(rest, "outputs/", 8) && get) {
+		r = sess_output(ss, rest + 8, status);
+	} else if (!strcmp(rest, "restart") || !strcmp(rest, "files") || !strcmp(rest, "notebook") ||
+		   !strncmp(rest, "files/", 6)) {
+		r = sess_claimed(s, ss, method, rest, body, len, status);
+	} else {
+		r = sess_error(status, 404, "not_found", "no such endpoint");
+	}
+	if (!handed)
+		sess_put(s, ss);
+	return r;
+}

@@ -1,0 +1,348 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Sessions and NDJSON streams of `nbrun serve`, real engine, image and curl.
+
+Usage: session_cases.py CASE   (one meson test per case; see meson.build)
+Every case starts its own server (serve_cases.Server) and kills it in a
+finally block; the last check of each is that no container is left.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_cases import NBRUN, check, fail  # noqa: E402
+from serve_cases import Server  # noqa: E402
+
+
+def labelled(session_id):
+    """Containers and volumes of a sandbox (named by the session id)."""
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=nbrun.run=" + session_id],
+                         capture_output=True, text=True).stdout.split()
+    vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", "label=nbrun.run=" + session_id],
+                          capture_output=True, text=True).stdout.split()
+    return out + vols
+
+
+def gone(session_id, within=30):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        left = labelled(session_id)
+        if not left:
+            return
+        time.sleep(0.3)
+    fail("session %s left %r" % (session_id, left))
+
+
+def server(**kw):
+    extra = list(kw.pop("extra", ()))
+    if os.environ.get("NBRUN_TEST_IMAGE"):
+        extra += ["--image", os.environ["NBRUN_TEST_IMAGE"]]
+    return Server(extra=extra, **kw)
+
+
+def open_session(srv, body=None, token=True):
+    st, doc = srv.json("/v1/sessions", body if body is not None else {}, token=token)
+    check(st == 201 and isinstance(doc.get("id"), str), "open: %d %r\n%s" % (st, doc, srv.stderr()[-2000:]))
+    return doc["id"]
+
+
+def execute(srv, sid, code, token=True, timeout=None):
+    body = {"code": code}
+    if timeout:
+        body["timeout"] = timeout
+    return srv.json("/v1/sessions/%s/execute" % sid, body, token=token)
+
+
+def ok(srv, sid, code):
+    st, doc = execute(srv, sid, code)
+    check(st == 200 and doc.get("status") == "ok", "execute %r: %d %r" % (code, st, doc))
+    return doc
+
+
+class Stream:
+    """curl -N on an NDJSON endpoint; lines with the time each arrived."""
+
+    def __init__(self, srv, path, body):
+        self.lines = []
+        args = ["curl", "-sS", "-N", "--unix-socket", srv.sock, "-H", "Authorization: Bearer " + srv.token,
+                "-H", "Accept: application/x-ndjson", "-H", "Content-Type: application/json",
+                "--data-binary", json.dumps(body), "http://localhost" + path]
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.append((time.monotonic() - self.t0, json.loads(raw)))
+
+    def wait_lines(self, n, within=60):
+        deadline = time.time() + within
+        while len(self.lines) < n and time.time() < deadline:
+            time.sleep(0.05)
+        check(len(self.lines) >= n, "stream: %d lines, want %d: %r" % (len(self.lines), n, self.lines))
+
+    def finish(self, within=120):
+        self.proc.wait(within)
+        self.thread.join(10)
+        return self.lines
+
+
+# ---- cases -----------------------------------------------------------------
+
+def case_state_files():
+    srv = server(pool=1)
+    try:
+        srv.wait_pool(1)
+        sid = open_session(srv)
+        t0 = time.monotonic()
+        ok(srv, sid, "x = 40\nimport pandas as pd")
+        ok(srv, sid, "x += 1")
+        doc = ok(srv, sid, "x += 1\nprint(x)\nopen('/mnt/data/out.csv', 'w').write('a,b\\n1,2\\n')")
+        secs = time.monotonic() - t0
+        check(doc["stdout"] == "42\n", "state across 3 executes: %r" % doc["stdout"])
+        check([f["path"] for f in doc["files"]] == ["files/out.csv"], "files of that execute: %r" % doc["files"])
+        check(doc["session"]["id"] == sid and doc["session"]["execution"] == 3, "session field %r" % doc.get("session"))
+        # the next execute reads it; its own files list is empty (nothing changed)
+        doc = ok(srv, sid, "print(open('/mnt/data/out.csv').read().splitlines()[1])")
+        check(doc["stdout"] == "1,2\n" and doc["files"] == [], "next execute: %r %r" % (doc["stdout"], doc["files"]))
+        st, body, _ = srv.curl("/v1/sessions/%s/files/out.csv" % sid)
+        check(st == 200 and body == b"a,b\n1,2\n", "download: %d %r" % (st, body))
+        st, listing = srv.json("/v1/sessions/%s/files" % sid)
+        import hashlib
+        ent = {e["path"]: e for e in listing["files"]}
+        check(ent["out.csv"]["sha256"] == hashlib.sha256(b"a,b\n1,2\n").hexdigest() and ent["out.csv"]["size"] == 8,
+              "listing %r" % listing)
+        # upload, then the code reads it
+        st, up = srv.json("/v1/sessions/%s/files/in/data.txt" % sid, b"uploaded bytes", method="PUT")
+        check(st == 201 and up["bytes"] == 14, "upload %d %r" % (st, up))
+        doc = ok(srv, sid, "print(open('/mnt/data/in/data.txt').read())")
+        check(doc["stdout"] == "uploaded bytes\n", "uploaded file read: %r" % doc["stdout"])
+        # paths checked as strictly as exports
+        ok(srv, sid, "import os; os.symlink('/etc/passwd', '/mnt/data/link')")
+        for path, want in (("link", 404), ("nope.txt", 404), ("in", 404)):
+            st, body, _ = srv.curl("/v1/sessions/%s/files/%s" % (sid, path))
+            check(st == want and b"root:" not in body, "GET %s: %d %r" % (path, st, body[:100]))
+        for path in ("../etc/passwd", "a/../../x", "%2e%2e/x"):
+            st, body, _ = srv.curl("/v1/sessions/%s/files/%s" % (sid, path))
+            check(st in (400, 404) and b"root:" not in body, "GET %s: %d %r" % (path, st, body[:100]))
+            st, body, _ = srv.curl("/v1/sessions/%s/files/%s" % (sid, path), b"x", method="PUT")
+            check(st in (400, 404), "PUT %s: %d %r" % (path, st, body[:100]))
+        st, body, _ = srv.curl("/v1/sessions/%s/files/link" % sid, b"overwrite", method="PUT")
+        check(st == 400, "PUT over a symlink: %d %r" % (st, body))
+        # the history, as one notebook that nbrun run re-executes to the same outputs
+        st, nb, _ = srv.curl("/v1/sessions/%s/notebook" % sid)
+        check(st == 200, "notebook %d" % st)
+        nbdoc = json.loads(nb)
+        srcs = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nbdoc["cells"]]
+        check(len(nbdoc["cells"]) == 6 and srcs[0].startswith("x = 40"), "history cells: %r" % srcs)
+        counts = [c["execution_count"] for c in nbdoc["cells"]]
+        check(counts == list(range(1, 7)), "execution counts go on: %r" % counts)
+        tmp = tempfile.mkdtemp(prefix="nbrun-session-nb-")
+        nb_path = os.path.join(tmp, "history.ipynb")
+        with open(nb_path, "wb") as f:
+            # cells that need the uploaded file or make a link are the session's own: drop them
+            nbdoc["cells"] = [c for c in nbdoc["cells"] if "in/data.txt" not in str(c["source"])
+                              and "symlink" not in str(c["source"])]
+            f.write(json.dumps(nbdoc).encode())
+        p = subprocess.run([NBRUN, "run", "--json", "-o", os.path.join(tmp, "out"), nb_path]
+                           + (["--image", os.environ["NBRUN_TEST_IMAGE"]] if os.environ.get("NBRUN_TEST_IMAGE") else []),
+                           capture_output=True, text=True, timeout=300)
+        rerun = json.loads(p.stdout)
+        check(p.returncode == 0 and rerun["stdout"] == "42\n1,2\n", "re-executed history: %d %r %s" %
+              (p.returncode, rerun.get("stdout"), p.stderr))
+        st, doc = srv.json("/v1/sessions/%s" % sid, method="DELETE")
+        check(st == 200 and doc["closed"] is True, "delete %d %r" % (st, doc))
+        gone(sid)
+        st, doc = execute(srv, sid, "x")
+        check(st == 404, "execute after delete: %d %r" % (st, doc))
+        return "state across 3 executes (%.2f s for all 3), files by execute, up/download, listing, path checks, history re-executed, container gone" % secs
+    finally:
+        srv.stop()
+
+
+def case_interrupt_restart():
+    srv = server(pool=1)
+    try:
+        srv.wait_pool(1)
+        sid = open_session(srv)
+        ok(srv, sid, "keep = 'me'")
+        result = {}
+
+        def busy():
+            result["r"] = execute(srv, sid, "import time\nn = 0\nwhile True:\n    n += 1")
+            result["t"] = time.monotonic()
+        th = threading.Thread(target=busy)
+        th.start()
+        time.sleep(2)
+        st, busy_doc = execute(srv, sid, "1")
+        check(st == 409, "a second execute while one runs: %d %r" % (st, busy_doc))
+        t0 = time.monotonic()
+        st, doc = srv.json("/v1/sessions/%s/interrupt" % sid, {}, method="POST")
+        check(st == 200 and doc["interrupted"] is True, "interrupt: %d %r" % (st, doc))
+        th.join(30)
+        check(not th.is_alive(), "the interrupted execute did not return")
+        secs = result["t"] - t0
+        st, doc = result["r"]
+        check(st == 200 and doc["status"] == "error" and doc["error"]["name"] == "KeyboardInterrupt",
+              "interrupted execute: %d %r" % (st, doc))
+        check(secs < 2.0, "interrupt took %.2f s" % secs)
+        doc = ok(srv, sid, "print(keep, n > 0)")
+        check(doc["stdout"] == "me True\n", "state after interrupt: %r" % doc["stdout"])
+        st, doc = srv.json("/v1/sessions/%s/restart" % sid, {}, method="POST")
+        check(st == 200 and doc["restarted"] is True, "restart %d %r" % (st, doc))
+        st, doc = execute(srv, sid, "print(keep)")
+        check(st == 200 and doc["status"] == "error" and doc["error"]["name"] == "NameError",
+              "variables after restart: %r" % doc)
+        # a dead kernel says so, refuses executes, and comes back with a restart
+        st, doc = execute(srv, sid, "import os; os._exit(9)")
+        check(st == 200 and doc["status"] == "failed" and "died" in doc["message"], "dead: %r" % doc)
+        st, info = srv.json("/v1/sessions/%s" % sid)
+        check(info["kernel_dead"] is True, "info of a dead kernel: %r" % info)
+        st, doc = execute(srv, sid, "1")
+        check(st == 409 and doc["kind"] == "kernel_dead", "execute on a dead kernel: %d %r" % (st, doc))
+        st, doc = srv.json("/v1/sessions/%s/restart" % sid, {}, method="POST")
+        check(st == 200, "restart a dead kernel: %d %r" % (st, doc))
+        doc = ok(srv, sid, "print(6 * 7)")
+        check(doc["stdout"] == "42\n", "after restart %r" % doc)
+        return "busy loop interrupted in %.2f s, state kept; 409 while busy; restart clears state and revives a dead kernel" % secs
+    finally:
+        log = srv.stderr()
+        srv.stop()
+        for line in log.splitlines():
+            if "session" in line and "opened" in line:
+                gone(line.split()[3])
+
+
+def case_tenants_idle():
+    tmp = tempfile.mkdtemp(prefix="nbrun-tenants-")
+    tokens = ["tenant-a-" + "a" * 24, "tenant-b-" + "b" * 24]
+    tf = os.path.join(tmp, "tokens")
+    with open(tf, "w") as f:
+        f.write("\n".join(tokens) + "\n")
+    srv = server(pool=0, extra=["--token-file", tf])
+    try:
+        srv.token = tokens[0]
+        sid = open_session(srv, {"timeout_idle": "4s"})
+        ok(srv, sid, "secret = 1")
+        other = tokens[1]
+        for method, path, data in (("GET", "", None), ("POST", "/execute", {"code": "print(secret)"}),
+                                   ("GET", "/files", None), ("GET", "/notebook", None),
+                                   ("POST", "/interrupt", {}), ("POST", "/restart", {}),
+                                   ("PUT", "/files/x", b"x"), ("GET", "/files/x", None),
+                                   ("DELETE", "", None)):
+            st, body, _ = srv.curl("/v1/sessions/%s%s" % (sid, path), data, token=other, method=method)
+            check(st == 404 and b"secret" not in body, "%s %s by another tenant: %d %r" % (method, path, st, body))
+        st, lst = srv.json("/v1/sessions", token=other)
+        check(lst == {"sessions": []}, "another tenant's list: %r" % lst)
+        st, lst = srv.json("/v1/sessions")
+        check([s["id"] for s in lst["sessions"]] == [sid], "own list: %r" % lst)
+        st, body, _ = srv.curl("/v1/sessions/%s" % sid, token="not-a-token-at-all-123456")
+        check(st == 401, "a wrong token: %d" % st)
+        # still alive after the other tenant's attempts, then gone after its idle timeout
+        doc = ok(srv, sid, "print(secret)")
+        check(doc["stdout"] == "1\n", "state kept: %r" % doc)
+        time.sleep(6)
+        st, doc = srv.json("/v1/sessions/%s" % sid)
+        check(st == 404, "after the idle timeout: %d %r" % (st, doc))
+        gone(sid)
+        check("closed (idle timeout)" in srv.stderr(), "log: %s" % srv.stderr()[-1000:])
+        return "another tenant gets 404 on all 9 endpoints and an empty list; idle timeout closed the session and removed its container"
+    finally:
+        srv.stop()
+
+
+def case_stream():
+    srv = server(pool=1)
+    try:
+        srv.wait_pool(1)
+        code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(1)\n"
+        s = Stream(srv, "/v1/runs", {"code": code})
+        lines = s.finish()
+        check(s.proc.returncode == 0, "curl exit %d" % s.proc.returncode)
+        outs = [(t, e) for t, e in lines if e.get("event") == "output"]
+        last_t, last = lines[-1]
+        check(last.get("status") == "ok" and last.get("stdout") == "0\n1\n2\n",
+              "last line is the result document: %r" % last)
+        check([e["output"]["text"] for _, e in outs] == ["0\n", "1\n", "2\n"], "outputs %r" % outs)
+        gap = last_t - outs[0][0]
+        check(gap >= 1.5, "the first output came only %.2f s before the end" % gap)
+        check(any(e.get("event") == "cell" and e["status"] == "ok" for _, e in lines), "cell event: %r" % lines)
+        # a session's execute streams too
+        sid = open_session(srv)
+        s = Stream(srv, "/v1/sessions/%s/execute" % sid, {"code": code})
+        lines = s.finish()
+        outs = [(t, e) for t, e in lines if e.get("event") == "output"]
+        check(lines[-1][1].get("stdout") == "0\n1\n2\n" and lines[-1][0] - outs[0][0] >= 1.5,
+              "session stream: %r" % lines)
+        return "first output %.2f s before the result line; session execute streams the same" % gap
+    finally:
+        srv.stop()
+
+
+def case_stream_disconnect():
+    srv = server(pool=1)
+    try:
+        srv.wait_pool(1)
+        sid = open_session(srv)
+        ok(srv, sid, "i = -1")
+        code = "import time\nfor i in range(200):\n    print(i, flush=True)\n    time.sleep(0.1)\n"
+        s = Stream(srv, "/v1/sessions/%s/execute" % sid, {"code": code})
+        s.wait_lines(2)
+        s.proc.kill()
+        s.proc.wait()
+        # the cell is interrupted: the session is usable again soon, state kept
+        deadline = time.time() + 20
+        while True:
+            st, doc = execute(srv, sid, "print(i)")
+            if st != 409 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        check(st == 200 and doc["status"] == "ok" and 0 <= int(doc["stdout"]) < 150,
+              "after a client went away mid-stream: %d %r" % (st, doc))
+        # a streamed run whose client goes away is cancelled and removed
+        s = Stream(srv, "/v1/runs", {"code": code})
+        s.wait_lines(2)
+        s.proc.kill()
+        s.proc.wait()
+        run_id = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st, health = srv.json("/v1/health", token=None)
+            if health["runs_active"] == 0:
+                break
+            time.sleep(0.2)
+        check(health["runs_active"] == 0, "the run still counts: %r" % health)
+        st, _ = srv.json("/v1/sessions/%s" % sid, method="DELETE")
+        gone(sid)
+        # what is left is the pool's one ready sandbox: the run's was removed
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            out = subprocess.run(["docker", "ps", "-a", "--filter", "label=nbrun.pid=%d" % srv.proc.pid,
+                                  "--format", "{{.Names}}"], capture_output=True, text=True).stdout.split()
+            if len(out) <= 1:
+                break
+            time.sleep(0.3)
+        check(len(out) <= 1, "containers of the server after a cancelled streamed run: %r" % out)
+        del run_id
+        return "a client gone mid-stream interrupts the session's cell (i=%s, state kept) and cancels a streamed run" % doc["stdout"].strip()
+    finally:
+        srv.stop()
+
+
+def main():
+    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+    if len(sys.argv) != 2 or sys.argv[1] not in cases:
+        print("usage: session_cases.py CASE\ncases: %s" % " ".join(sorted(cases)), file=sys.stderr)
+        return 2
+    print("held %s: %s" % (sys.argv[1], cases[sys.argv[1]]()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
