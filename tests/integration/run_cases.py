@@ -141,6 +141,31 @@ def case_reply_error():
     finish(doc, out)
 
 
+def case_kernel_death_keeps_cell():
+    # The kernel dies in the middle of a cell (os._exit, a segfault, the OOM
+    # killer): what that cell printed before is kept, as papermill keeps it,
+    # and the cells after it do not run.
+    deaths = {"exit": ("import os\nos._exit(3)", "failed", "exit status 3"),
+              "segfault": ("import ctypes\nctypes.string_at(0)", "failed", "signal 11"),
+              "oom": ("x = []\nwhile True:\n    x.append(bytearray(32 << 20))", "oom", "memory")}
+    for name, (death, status, why) in deaths.items():
+        code = ("print('first cell')\n# %%\n"
+                "import sys, time\nprint('said before', flush=True)\n"
+                "print('warned', file=sys.stderr, flush=True)\n"
+                # ipykernel sends outputs from a thread of its own: give it the moment
+                "time.sleep(0.5)\n" + death + "\n# %%\nprint('never')\n")
+        rc, doc, out, err = run(["--memory", "256m", "-c", code])
+        check(doc["status"] == status and rc in (3, 5), "%s: exit %d, %s: %s" % (name, rc, doc["status"], doc["message"]))
+        check(why in doc["message"], "%s: message %r" % (name, doc["message"]))
+        check(doc["stdout"] == "first cell\nsaid before\n", "%s: stdout %r" % (name, doc["stdout"]))
+        check(doc["stderr"] == "warned\n", "%s: stderr %r" % (name, doc["stderr"]))
+        with open(os.path.join(out, "notebook.ipynb")) as f:
+            cells = json.load(f)["cells"]
+        texts = [[o.get("text") for o in c["outputs"]] for c in cells]
+        check(texts == [["first cell\n"], ["said before\n", "warned\n"], []], "%s: %r" % (name, texts))
+        finish(doc, out)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
