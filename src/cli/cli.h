@@ -97,6 +97,12 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 /* After parsing: cross-checks; wires files/env into opts. 0 or CLI_EXIT_USAGE. */
 int cli_run_args_finish(struct cli_run_args *a, const char *cmd);
 
+/*
+ * Code read from a file or standard input (name): 0, or a usage error
+ * naming the line and byte of its first NUL byte (CLI_EXIT_USAGE).
+ */
+int cli_check_source(const char *text, size_t len, const char *name, const char *cmd);
+
 /* Exit code for a finished result / a library error. */
 int cli_exit_for_status(enum nbrun_status st);
 int cli_exit_for_error(int err);

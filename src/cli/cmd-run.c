@@ -228,6 +228,12 @@ int cmd_run(int argc, char **argv)
 	}
 	if (input && read_all(&text, &text_len, input) < 0)
 		goto out;
+	/* Python source holds no NUL byte, and a C string would end there: run
+	 * all of it or none, never the part before it. */
+	if (input && !ends_with(input, ".ipynb") && cli_check_source(text, text_len, input, "run")) {
+		ret = CLI_EXIT_USAGE;
+		goto out;
+	}
 	args.opts.cancel = &run_interrupted;
 	if (server) {
 		memset(&sa, 0, sizeof(sa));

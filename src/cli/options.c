@@ -78,6 +78,19 @@ int cli_parse_count(int64_t *out, const char *s)
 	return 0;
 }
 
+int cli_check_source(const char *text, size_t len, const char *name, const char *cmd)
+{
+	const char *nul = memchr(text, '\0', len);
+	size_t line = 1;
+
+	if (!nul)
+		return 0;
+	for (const char *p = text; p < nul; p++)
+		line += *p == '\n';
+	return cli_usage_error(cmd, "%s: a NUL byte at line %zu (byte %zu); source code cannot hold one",
+			       strcmp(name, "-") ? name : "standard input", line, (size_t)(nul - text));
+}
+
 int cli_exit_for_status(enum nbrun_status st)
 {
 	switch (st) {

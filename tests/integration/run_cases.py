@@ -339,6 +339,16 @@ def case_usage_errors():
         check(p.stderr.startswith("nbrun: error: "), "%r: stderr %r" % (args, p.stderr))
     p = subprocess.run([NBRUN, "run", "--help"], capture_output=True, text=True)
     check(p.returncode == 0 and "--timeout" in p.stdout, "run --help")
+    # Code after a NUL byte would be dropped: refused whole, saying where.
+    tmp = tempfile.mkdtemp()
+    with open(os.path.join(tmp, "n.py"), "wb") as f:
+        f.write(b"print('a')\nprint('b')\0print('c')\n")
+    for args, stdin in (([os.path.join(tmp, "n.py")], None), (["-"], "print('a')\0print('b')\n")):
+        p = subprocess.run([NBRUN, "run", "-o", os.path.join(tmp, "o")] + args, input=stdin,
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2, "NUL byte %r: exit %d %r" % (args, p.returncode, p.stdout[:200]))
+        check("NUL byte at line" in p.stderr and p.stderr.startswith("nbrun: error: "), p.stderr)
+        check(not os.path.exists(os.path.join(tmp, "o")), "a run started")
     # A symlink inside an input directory: refused, not followed, nothing started.
     tmp = tempfile.mkdtemp()
     os.mkdir(os.path.join(tmp, "in"))

@@ -287,6 +287,18 @@ static void run_options_cross_checks(void **state)
 	cli_run_args_free(&a);
 }
 
+/* Code with a NUL byte is refused whole, never run up to it. */
+static void source_nul(void **state)
+{
+	static const char code[] = "print('a')\0print('b')\n";
+
+	(void)state;
+	assert_int_equal(cli_check_source("print(1)\n", 9, "n.py", "run"), 0);
+	assert_int_equal(cli_check_source("", 0, "n.py", "run"), 0);
+	assert_int_equal(cli_check_source(code, sizeof(code) - 1, "n.py", "run"), CLI_EXIT_USAGE);
+	assert_int_equal(cli_check_source("a\nb\n\0", 5, "-", "run"), CLI_EXIT_USAGE);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -300,6 +312,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(exit_for_error),
 		cmocka_unit_test(run_options),
 		cmocka_unit_test(run_options_cross_checks),
+		cmocka_unit_test(source_nul),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
