@@ -107,6 +107,13 @@ int cli_check_source(const char *text, size_t len, const char *name, const char 
 int cli_exit_for_status(enum nbrun_status st);
 int cli_exit_for_error(int err);
 
+/*
+ * Untrusted text for a person: C0 (but newline and tab when newlines), DEL
+ * and C1 controls as '?', bidi overrides and other format characters as
+ * \uXXXX, so that a name cannot rewrite or reorder what a terminal shows.
+ */
+void cli_put_safe(FILE *fp, const char *s, bool newlines);
+
 /* Human output of a result (stdout/stderr of the code, value, error, images, files). */
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color);
 /* The same from a result document (a server's reply). */
@@ -125,6 +132,9 @@ int cmd_gc(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_session(int argc, char **argv);
+/* Print a live event (nbrun_event_cb) as a terminal shows output: stream text as it comes. */
+void cli_stream_event(const char *json, size_t len, void *payload);
 
 /*
  * nbrun run --server: send one run to an nbrun serve and handle its reply

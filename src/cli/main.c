@@ -12,6 +12,7 @@ static const struct cli_cmd commands[] = {
 	{ "parse", cmd_parse, "Read an executed notebook into a result (no engine needed)" },
 	{ "batch", cmd_batch, "Run many notebooks in parallel, with parameters, and report" },
 	{ "serve", cmd_serve, "Answer an HTTP API that runs code, with bearer-token auth" },
+	{ "session", cmd_session, "A prompt over a sandbox whose kernel keeps its state" },
 	{ "mcp", cmd_mcp, "Serve the Model Context Protocol on stdio (tools for LLM agents)" },
 	{ "gc", cmd_gc, "Remove containers and volumes left by killed runs" },
 };

@@ -335,6 +335,34 @@ def case_stream_disconnect():
         srv.stop()
 
 
+def case_cli_session():
+    tmp = tempfile.mkdtemp(prefix="nbrun-cli-session-")
+    script = ("x = 20\nx * 2\nfor i in range(2):\n    print('line', i)\n\n"
+              "# %%\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n# %%\n"
+              "open('/mnt/data/r.txt', 'w').write('from the session')\n"
+              ":files\n:get r.txt %s/got.txt\n:save %s/history.ipynb\n1/0\nprint(x)\n" % (tmp, tmp))
+    args = [NBRUN, "session", "-o", os.path.join(tmp, "out")]
+    if os.environ.get("NBRUN_TEST_IMAGE"):
+        args += ["--image", os.environ["NBRUN_TEST_IMAGE"]]
+    p = subprocess.run(args, input=script, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "exit %d: %s" % (p.returncode, p.stderr))
+    out = p.stdout
+    check("40\n" in out and "line 0\nline 1\n" in out and "[image] " in out and "r.txt" in out,
+          "outputs: %r" % out)
+    check(out.rstrip().endswith("20"), "state after an error: %r" % out[-200:])
+    check("ZeroDivisionError" in p.stderr and "Traceback" in p.stderr, "error: %r" % p.stderr)
+    with open(os.path.join(tmp, "got.txt")) as f:
+        check(f.read() == "from the session", ":get")
+    with open(os.path.join(tmp, "history.ipynb")) as f:
+        check(len(json.load(f)["cells"]) == 5, ":save")
+    png = [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("[image] ")][0]
+    with open(png, "rb") as f:
+        check(f.read(8) == b"\x89PNG\r\n\x1a\n", "the image is a PNG")
+    sid = os.path.basename(os.path.dirname(os.path.dirname(png))).rsplit("-", 1)[0]
+    gone(sid)
+    return "a prompt over stdin: state kept, a block, an image saved, :files :get :save, an error then state still there; sandbox removed"
+
+
 def main():
     cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:

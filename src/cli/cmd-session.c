@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nbrun session: a prompt for a person at a terminal, over a fresh local
+ * session (one sandbox and its kernel kept until the prompt ends). Outputs
+ * print as they stream; Ctrl-C interrupts the running cell, Ctrl-D ends.
+ * Also the event printer of `nbrun run --stream`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "cli.h"
+
+/* ---- live events, printed ----------------------------------------------------------- */
+
+/* Text of a stream output or a text/plain value, as it comes. */
+void cli_stream_event(const char *json, size_t len, void *payload)
+{
+	json_t *ev = json_loadb(json, len, 0, NULL), *out = json_object_get(ev, "output");
+	const char *type = json_string_value(json_object_get(out, "output_type"));
+	const char *text;
+
+	(void)payload;
+	if (!type)
+		goto out;
+	if (!strcmp(type, "stream")) {
+		FILE *fp = !strcmp(json_string_value(json_object_get(out, "name")) ?: "", "stderr") ? stderr : stdout;
+		text = json_string_value(json_object_get(out, "text"));
+		if (text)
+			fputs(text, fp);
+		fflush(fp);
+	} else if (!strcmp(type, "execute_result") || !strcmp(type, "display_data")) {
+		json_t *data = json_object_get(out, "data");
+		text = json_string_value(json_object_get(data, "text/plain"));
+		if (json_object_get(data, "image/png") || json_object_get(data, "image/svg+xml"))
+			printf("[an image: it is saved with the execution's outputs]\n");
+		else if (text && !strcmp(type, "execute_result"))
+			printf("%s\n", text);
+		fflush(stdout);
+	}
+	/* An error is printed with its traceback once the execution ends. */
+out:
+	json_decref(ev);
+}
+
+/* ---- the prompt ----------------------------------------------------------------------- */
+
+static struct nbrun_session *session_now;
+static int session_sigpipe[2] = { -1, -1 };
+
+static void session_on_sigint(int sig)
+{
+	int saved = errno;
+	char c = 1;
+
+	(void)sig;
+	if (write(session_sigpipe[1], &c, 1) < 0) {
+		/* nothing to do in a signal handler */
+	}
+	errno = saved;
+}
+
+/* Ctrl-C becomes an interrupt of the running cell, sent from this thread. */
+static void *session_sigthread(void *arg)
+{
+	char c;
+
+	(void)arg;
+	while (read(session_sigpipe[0], &c, 1) == 1) {
+		if (c == 0)
+			break;
+		if (session_now && nbrun_session_interrupt(session_now))
+			fprintf(stderr, "\n[interrupting]\n");
+	}
+	return NULL;
+}
+
+static void session_help(void)
+{
+	printf("Usage: nbrun session [OPTIONS]\n"
+	       "\n"
+	       "A prompt over a fresh session: one sandbox whose kernel keeps its state\n"
+	       "(variables, imports, files in /mnt/data) until the prompt ends.\n"
+	       "A line runs when entered; a line ending in ':' or '\\' goes on until an empty\n"
+	       "line; '# %%%%' starts a block that runs at the next '# %%%%' line. Commands:\n"
+	       "  :files            what /mnt/data holds (size, sha256)\n"
+	       "  :get NAME [DEST]  copy /mnt/data/NAME to DEST (default ./NAME's base name)\n"
+	       "  :put FILE [NAME]  copy a local file into /mnt/data\n"
+	       "  :save FILE        the session's history as an executed notebook\n"
+	       "  :restart          a fresh kernel (files stay)\n"
+	       "  :interrupt, Ctrl-C  interrupt the running cell (state kept)\n"
+	       "  :quit, Ctrl-D     close the session (its sandbox is removed)\n"
+	       "Each execution's outputs (images, files, result.json) go to\n"
+	       "OUT/<session>-<n> (OUT: -o DIR, default ./nbrun-out).\n"
+	       "\n"
+	       "Options:\n"
+	       "  -o, --out DIR         where the executions' outputs go\n"
+	       "%s",
+	       cli_run_options_help);
+}
+
+static int session_cmd_files(struct nbrun_session *s)
+{
+	char *text = NULL;
+	json_t *list, *e;
+	int truncated = 0;
+	size_t i;
+
+	if (nbrun_session_list_files(&text, &truncated, s) < 0) {
+		cli_error("%s", nbrun_session_errmsg(s));
+		return -1;
+	}
+	list = json_loads(text, 0, NULL);
+	free(text);
+	json_array_foreach(list, i, e) {
+		printf("%10lld  %-9s  %.12s  %s\n", (long long)json_integer_value(json_object_get(e, "size")),
+		       json_string_value(json_object_get(e, "type")),
+		       json_string_value(json_object_get(e, "sha256")) ?: "", json_string_value(json_object_get(e, "path")));
+	}
+	if (truncated)
+		printf("(listing stopped at 10000 entries)\n");
+	json_decref(list);
+	return 0;
+}
+
+static int session_cmd_get(struct nbrun_session *s, const char *name, const char *dest)
+{
+	const char *base = strrchr(name, '/');
+	int fd, rc;
+
+	if (!dest)
+		dest = base ? base + 1 : name;
+	fd = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		cli_error("cannot create %s: %s", dest, strerror(errno));
+		return -1;
+	}
+	rc = nbrun_session_get_file(s, name, fd, 1ULL << 30);
+	close(fd);
+	if (rc < 0) {
+		unlink(dest);
+		cli_error("%s", nbrun_session_errmsg(s));
+		return -1;
+	}
+	printf("saved %s\n", dest);
+	return 0;
+}
+
+static int session_cmd_put(struct nbrun_session *s, const char *file, const char *name)
+{
+	struct buf b = BUF_INIT(512u << 20);
+	char chunk[65536];
+	const char *base = strrchr(file, '/');
+	ssize_t n;
+	int fd = open(file, O_RDONLY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0) {
+		cli_error("cannot read %s: %s", file, strerror(errno));
+		return -1;
+	}
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0)
+		if (buf_append(&b, chunk, (size_t)n) < 0) {
+			rc = -1;
+			break;
+		}
+	close(fd);
+	if (rc < 0 || n < 0) {
+		cli_error("cannot read %s (or it is over 512 MiB)", file);
+		buf_free(&b);
+		return -1;
+	}
+	if (!name)
+		name = base ? base + 1 : file;
+	if (nbrun_session_put_file(s, name, b.data ? b.data : "", b.len) < 0) {
+		cli_error("%s", nbrun_session_errmsg(s));
+		rc = -1;
+	} else {
+		printf("put /mnt/data/%s (%zu bytes)\n", name, b.len);
+	}
+	buf_free(&b);
+	return rc;
+}
+
+static int session_cmd_save(struct nbrun_session *s, const char *path)
+{
+	char *text = NULL;
+	FILE *f;
+
+	if (nbrun_session_notebook(&text, s) < 0) {
+		cli_error("%s", nbrun_session_errmsg(s));
+		return -1;
+	}
+	f = fopen(path, "wxe");
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+		cli_error("cannot write %s: %s", path, strerror(errno));
+		free(text);
+		return -1;
+	}
+	free(text);
+	printf("saved %s\n", path);
+	return 0;
+}
+
+static void session_execute(struct nbrun_session *s, const char *code, const char *out_root)
+{
+	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
+	struct nbrun_result *res = NULL;
+	const char *name, *value, *tb;
+	char *dir = NULL;
+	static unsigned int n;
+
+	if (asprintf(&dir, "%s/%s-%u", out_root, nbrun_session_id(s), ++n) < 0)
+		return;
+	eo.out_dir = dir;
+	eo.timeout_ms = 3600 * 1000;
+	eo.on_event = cli_stream_event;
+	session_now = s;
+	if (nbrun_session_execute(&res, s, code, &eo) < 0) {
+		cli_error("%s", nbrun_session_errmsg(s));
+	} else {
+		if (nbrun_result_error(res, &name, &value, &tb) == 1 && tb && *tb)
+			fprintf(stderr, "%s\n", tb);
+		for (size_t i = 0; i < nbrun_result_image_count(res); i++)
+			printf("[image] %s/%s\n", dir, nbrun_result_image_path(res, i));
+		for (size_t i = 0; i < nbrun_result_file_count(res); i++)
+			printf("[file] %s/%s\n", dir, nbrun_result_file_path(res, i));
+		if (nbrun_result_status(res) != NBRUN_STATUS_OK && nbrun_result_status(res) != NBRUN_STATUS_ERROR)
+			fprintf(stderr, "[%s] %s\n", nbrun_status_name(nbrun_result_status(res)),
+				nbrun_result_message(res) ?: "");
+		if (nbrun_session_kernel_dead(s))
+			fprintf(stderr, "[the kernel died: :restart for a fresh one]\n");
+	}
+	session_now = NULL;
+	nbrun_result_free(res);
+	free(dir);
+}
+
+/* One command or block of code; false at the end. */
+static bool session_read(struct buf *code, bool tty)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	bool block = false, more = false;
+
+	code->len = 0;
+	for (;;) {
+		if (tty) {
+			fputs(block || more ? "... " : ">>> ", stdout);
+			fflush(stdout);
+		}
+		n = getline(&line, &cap, stdin);
+		if (n < 0) {
+			free(line);
+			return code->len > 0;
+		}
+		if (!strncmp(line, "# %%", 4)) {
+			if (block) {
+				free(line);
+				return true;
+			}
+			block = true;
+			continue;
+		}
+		if (!block && !more && line[0] == ':') {
+			buf_append(code, line, (size_t)n);
+			free(line);
+			return true;
+		}
+		if (more && (n == 1 && line[0] == '\n')) {
+			free(line);
+			return true;
+		}
+		buf_append(code, line, (size_t)n);
+		if (!block) {
+			size_t l = (size_t)n;
+			while (l && (line[l - 1] == '\n' || line[l - 1] == ' '))
+				l--;
+			more = l && (line[l - 1] == ':' || line[l - 1] == '\\');
+			if (!more) {
+				free(line);
+				return true;
+			}
+		}
+	}
+}
+
+int cmd_session(int argc, char **argv)
+{
+	enum { OPT_OUT = CLI_OPT_FIRST_LOCAL };
+	static const struct option longopts[] = {
+		{ "out", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		CLI_RUN_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_run_args args;
+	struct nbrun_ctx *ctx = NULL;
+	struct nbrun_session *s = NULL;
+	struct buf code = BUF_INIT(64u << 20);
+	const char *out_root = "nbrun-out";
+	struct sigaction sa;
+	pthread_t th;
+	bool tty = isatty(0);
+	int c, rc, ret = CLI_EXIT_USAGE;
+
+	if (cli_run_args_init(&args, argc) < 0) {
+		cli_error("out of memory");
+		return CLI_EXIT_FAILED;
+	}
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "o:f:e:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': out_root = optarg; break;
+		case 'h':
+			session_help();
+			ret = CLI_EXIT_OK;
+			goto out;
+		default:
+			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "session");
+			if (rc == 1)
+				cli_bad_option("session", argv);
+			if (rc)
+				goto out;
+		}
+	}
+	if (optind < argc) {
+		cli_usage_error("session", "unexpected argument '%s'", argv[optind]);
+		goto out;
+	}
+	if (cli_run_args_finish(&args, "session"))
+		goto out;
+	if (nbrun_ctx_new(&ctx) < 0 || pipe2(session_sigpipe, O_CLOEXEC) < 0) {
+		cli_error("out of memory");
+		ret = CLI_EXIT_FAILED;
+		goto out;
+	}
+	if (tty)
+		fprintf(stderr, "nbrun: session: starting a sandbox...\n");
+	rc = nbrun_session_open(&s, ctx, &args.opts);
+	if (rc < 0) {
+		cli_error("%s", nbrun_ctx_errmsg(ctx));
+		ret = cli_exit_for_error(rc);
+		goto out;
+	}
+	if (tty)
+		fprintf(stderr, "nbrun: session %s ready (:help for commands, Ctrl-D to end)\n",
+			nbrun_session_id(s));
+	pthread_create(&th, NULL, session_sigthread, NULL);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = session_on_sigint;
+	sigaction(SIGINT, &sa, NULL);
+	while (session_read(&code, tty)) {
+		char *cmd, *a1, *a2, *save = NULL;
+
+		if (buf_append(&code, "", 1) < 0)
+			break;
+		if (code.data[0] != ':') {
+			session_execute(s, code.data, out_root);
+			continue;
+		}
+		cmd = strtok_r(code.data, " \t\n", &save);
+		a1 = strtok_r(NULL, " \t\n", &save);
+		a2 = strtok_r(NULL, " \t\n", &save);
+		if (!strcmp(cmd, ":quit") || !strcmp(cmd, ":q"))
+			break;
+		else if (!strcmp(cmd, ":files"))
+			session_cmd_files(s);
+		else if (!strcmp(cmd, ":get") && a1)
+			session_cmd_get(s, a1, a2);
+		else if (!strcmp(cmd, ":put") && a1)
+			session_cmd_put(s, a1, a2);
+		else if (!strcmp(cmd, ":save") && a1)
+			session_cmd_save(s, a1);
+		else if (!strcmp(cmd, ":restart") && nbrun_session_restart(s) == 0)
+			printf("restarted\n");
+		else if (!strcmp(cmd, ":restart"))
+			cli_error("restart failed: %s", nbrun_session_errmsg(s));
+		else if (!strcmp(cmd, ":interrupt"))
+			printf("nothing is running\n");
+		else
+			session_help();
+	}
+	ret = CLI_EXIT_OK;
+	sa.sa_handler = SIG_DFL;
+	sigaction(SIGINT, &sa, NULL);
+	{
+		char z = 0;
+		if (write(session_sigpipe[1], &z, 1) == 1)
+			pthread_join(th, NULL);
+	}
+out:
+	nbrun_session_close(s);
+	nbrun_ctx_free(ctx);
+	cli_run_args_free(&args);
+	buf_free(&code);
+	return ret;
+}
