@@ -114,6 +114,13 @@ int cli_exit_for_error(int err);
  */
 void cli_put_safe(FILE *fp, const char *s, bool newlines);
 
+/*
+ * Untrusted text for a person: C0 (but newline and tab when newlines), DEL
+ * and C1 controls as '?', bidi overrides and other format characters as
+ * \uXXXX, so that a name cannot rewrite or reorder what a terminal shows.
+ */
+void cli_put_safe(FILE *fp, const char *s, bool newlines);
+
 /* Human output of a result (stdout/stderr of the code, value, error, images, files). */
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color);
 /* The same from a result document (a server's reply). */

@@ -345,10 +345,19 @@ static void batch_print_table(const struct batch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		const json_t *e = b->jobs[i].entry;
 		const char *first = e ? json_string_value(json_object_get(e, "first_error")) : NULL;
-		printf("%-32.32s %-8s %8.1fs  %.100s\n", b->jobs[i].name,
+		char cut[101];
+		size_t n = first ? strlen(first) : 0;
+
+		/* the first error came from the sandbox: at most 100 bytes, whole characters, made safe */
+		if (n > 100)
+			for (n = 100; n && ((unsigned char)first[n] & 0xc0) == 0x80; n--)
+				;
+		snprintf(cut, sizeof(cut), "%.*s", (int)n, first ? first : "");
+		printf("%-32.32s %-8s %8.1fs  ", b->jobs[i].name,
 		       e ? json_string_value(json_object_get(e, "status")) : "not run",
-		       e ? (double)json_integer_value(json_object_get(e, "duration_ms")) / 1000.0 : 0.0,
-		       first ? first : "");
+		       e ? (double)json_integer_value(json_object_get(e, "duration_ms")) / 1000.0 : 0.0);
+		cli_put_safe(stdout, cut, false);
+		putchar('\n');
 	}
 	printf("\n%zu notebooks: %zu ok, %zu error, %zu timeout, %zu oom, %zu failed, %zu not run; %s\n",
 	       b->n, b->counts[NBRUN_STATUS_OK], b->counts[NBRUN_STATUS_ERROR],

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Human and JSON output of a result. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,14 +11,55 @@
 #define BOLD(color) ((color) ? "\033[1m" : "")
 #define RESET(color) ((color) ? "\033[0m" : "")
 
+/* Unicode format characters (Cf: bidi embeddings, overrides and isolates,
+ * zero-width marks) and the line and paragraph separators, Unicode 14. */
+static const struct { uint32_t lo, hi; } format_chars[] = {
+	{ 0xad, 0xad }, { 0x600, 0x605 }, { 0x61c, 0x61c }, { 0x6dd, 0x6dd }, { 0x70f, 0x70f },
+	{ 0x890, 0x891 }, { 0x8e2, 0x8e2 }, { 0x180e, 0x180e }, { 0x200b, 0x200f },
+	{ 0x2028, 0x202e }, { 0x2060, 0x2064 }, { 0x2066, 0x206f }, { 0xfeff, 0xfeff },
+	{ 0xfff9, 0xfffb }, { 0x110bd, 0x110bd }, { 0x110cd, 0x110cd }, { 0x13430, 0x13438 },
+	{ 0x1bca0, 0x1bca3 }, { 0x1d173, 0x1d17a }, { 0xe0001, 0xe0001 }, { 0xe0020, 0xe007f },
+};
+
+/* A format character's UTF-8 sequence at p: its length, 0 when p is something else. */
+static size_t format_char_at(const unsigned char *p, uint32_t *cp)
+{
+	size_t n;
+	uint32_t c;
+
+	if (p[0] >= 0xc2 && p[0] < 0xe0)
+		n = 2, c = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] < 0xf0)
+		n = 3, c = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] < 0xf5)
+		n = 4, c = p[0] & 0x07;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	for (size_t i = 0; i < sizeof(format_chars) / sizeof(format_chars[0]); i++)
+		if (c >= format_chars[i].lo && c <= format_chars[i].hi) {
+			*cp = c;
+			return n;
+		}
+	return 0;
+}
+
 /*
  * Everything printed may come from the sandbox (text, file names), so no
  * byte that a terminal would act on gets through: C0 controls other than
- * newline and tab, DEL and the C1 range (U+0080..U+009F) become '?'.
+ * newline and tab, DEL and the C1 range (U+0080..U+009F) become '?', and a
+ * format character (U+202E RIGHT-TO-LEFT OVERRIDE and the like) is shown
+ * as its \uXXXX escape. The JSON document keeps the true text.
  */
 static void put_safe(FILE *fp, const char *s, bool newlines)
 {
 	const unsigned char *p = (const unsigned char *)s;
+	uint32_t cp;
+	size_t n;
 
 	for (; *p; p++) {
 		if (*p == '\n' || *p == '\t') {
@@ -31,10 +73,18 @@ static void put_safe(FILE *fp, const char *s, bool newlines)
 		} else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
 			fputc('?', fp);
 			p++;
+		} else if ((n = format_char_at(p, &cp)) > 0) {
+			fprintf(fp, cp > 0xffff ? "\\U%08x" : "\\u%04x", (unsigned int)cp);
+			p += n - 1;
 		} else {
 			fputc(*p, fp);
 		}
 	}
+}
+
+void cli_put_safe(FILE *fp, const char *s, bool newlines)
+{
+	put_safe(fp, s ? s : "", newlines);
 }
 
 /* Text block that ends with a newline whatever it held. */

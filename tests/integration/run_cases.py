@@ -166,6 +166,30 @@ def case_kernel_death_keeps_cell():
         finish(doc, out)
 
 
+def case_control_names():
+    # A C1 control (U+009B is a CSI to many terminals) is refused in an
+    # exported name like C0 and DEL; a bidi override (U+202E) may be in a
+    # name, kept true in the JSON and escaped in what a terminal shows.
+    code = ("for n in ['\\u009b31mX', 'a\\u0085b', '\\u202eevil.txt', 'ok.txt']:\n"
+            "    open('/mnt/data/' + n, 'w').write('x')\n"
+            "print('shown \\u202egnp.exe \\u2066x\\u2069 \\u009b31m')\n")
+    doc, out = run_ok(["-c", code])
+    skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
+    check(skipped.get("\u009b31mX") == "control character in name", skipped)
+    check(skipped.get("a\u0085b") == "control character in name", skipped)
+    files = sorted(f["path"] for f in doc["files"])
+    check(files == ["files/ok.txt", "files/\u202eevil.txt"], files)
+    check(not os.path.exists(os.path.join(out, "files", "\u009b31mX")), "C1 name exported")
+    finish(doc, out)
+    p = subprocess.run([NBRUN, "run", "-o", tempfile.mkdtemp() + "/o", "-c", code],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "human run: exit %d %s" % (p.returncode, p.stderr[-300:]))
+    for raw in ("\u202e", "\u2066", "\u2069", "\u009b"):
+        check(raw not in p.stdout, "raw %r reached the terminal: %r" % (raw, p.stdout))
+    check("shown \\u202egnp.exe \\u2066x\\u2069 ?31m" in p.stdout, p.stdout)
+    check("files/\\u202eevil.txt" in p.stdout, p.stdout)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"

@@ -56,6 +56,10 @@ static void test_rejects_control_characters(void **state)
 	reject("tab\there", "control character in name");
 	reject("del\x7f", "control character in name");
 	reject("\x01", "control character in name");
+	/* C1 like C0: U+009B is a CSI to many terminals */
+	reject("\xc2\x9b" "31mX", "control character in name");
+	reject("dir/a\xc2\x80", "control character in name");
+	reject("\xc2\x9f", "control character in name");
 }
 
 static void test_rejects_long_and_deep(void **state)
