@@ -271,6 +271,8 @@ static bool session_read(struct buf *code, bool tty)
 			block = true;
 			continue;
 		}
+		if (!block && !more && n == 1 && line[0] == '\n')
+			continue; /* an empty line alone runs nothing */
 		if (!block && !more && line[0] == ':') {
 			buf_append(code, line, (size_t)n);
 			free(line);
@@ -285,7 +287,8 @@ static bool session_read(struct buf *code, bool tty)
 			size_t l = (size_t)n;
 			while (l && (line[l - 1] == '\n' || line[l - 1] == ' '))
 				l--;
-			more = l && (line[l - 1] == ':' || line[l - 1] == '\\');
+			/* once continued, the block goes on until an empty line */
+			more = more || (l && (line[l - 1] == ':' || line[l - 1] == '\\'));
 			if (!more) {
 				free(line);
 				return true;
