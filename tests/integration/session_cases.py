@@ -338,7 +338,7 @@ def case_stream_disconnect():
 def case_cli_session():
     tmp = tempfile.mkdtemp(prefix="nbrun-cli-session-")
     script = ("x = 20\nx * 2\nfor i in range(2):\n    print('line', i)\n\n"
-              "# %%\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n# %%\n"
+              "# %%%%\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n# %%%%\n"
               "open('/mnt/data/r.txt', 'w').write('from the session')\n"
               ":files\n:get r.txt %s/got.txt\n:save %s/history.ipynb\n1/0\nprint(x)\n" % (tmp, tmp))
     args = [NBRUN, "session", "-o", os.path.join(tmp, "out")]
@@ -354,7 +354,8 @@ def case_cli_session():
     with open(os.path.join(tmp, "got.txt")) as f:
         check(f.read() == "from the session", ":get")
     with open(os.path.join(tmp, "history.ipynb")) as f:
-        check(len(json.load(f)["cells"]) == 5, ":save")
+        cells = json.load(f)["cells"]
+        check(len(cells) == 5, ":save: %r" % [c["source"] for c in cells])
     png = [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("[image] ")][0]
     with open(png, "rb") as f:
         check(f.read(8) == b"\x89PNG\r\n\x1a\n", "the image is a PNG")
