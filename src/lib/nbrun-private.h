@@ -417,8 +417,13 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
  * leased: it came from nbrun__pool_lease() (sb may then be NULL: a lease
  * whose run failed before it could be handed back). */
 void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased);
-/* mkdir -p want (NULL: ./nbrun-out/<id>), then require it empty; its absolute name and an fd. */
+/* mkdir -p want (NULL: ./nbrun-out/<id>), then require it empty; its absolute name and an fd.
+ * The directory is claimed (NBRUN__OUT_CLAIM, created with O_EXCL) so that
+ * of two runs given the same directory exactly one gets it, the other
+ * NBRUN_EINVAL; nbrun__out_dir_release() ends the claim. */
 int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id, char **dir, int *fd);
+#define NBRUN__OUT_CLAIM ".nbrun-claim"
+void nbrun__out_dir_release(int fd);
 /* The sandbox a run's options ask for (image, limits, network, env; no preload). */
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */

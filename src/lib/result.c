@@ -39,6 +39,9 @@ NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *r)
 
 void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message)
 {
+	/* A run that did not end ok or error always says why. */
+	if (st != NBRUN_STATUS_OK && st != NBRUN_STATUS_ERROR && (!message || !*message))
+		message = "the run failed and no reason was recorded";
 	json_object_set_new(r->doc, "status", json_string(nbrun_status_name(st)));
 	json_object_set_new(r->doc, "message", message ? json_string(message) : json_null());
 }

@@ -115,7 +115,7 @@ int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id,
 {
 	char *dir = NULL;
 	char cwd[PATH_MAX];
-	int fd = -1, rc = 0;
+	int fd = -1, rc = 0, claim;
 	DIR *d;
 
 	if (want) {
@@ -138,19 +138,32 @@ int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id,
 		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot open %s", dir);
 		goto out;
 	}
+	/* Checking that it is empty is not enough: two runs started together
+	 * both see it empty. The claim is atomic; the run that made it checks. */
+	claim = openat(fd, NBRUN__OUT_CLAIM, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (claim < 0) {
+		rc = errno == EEXIST ? nbrun__err(ctx, NBRUN_EINVAL,
+						  "output directory %s is in use by another run", dir)
+				     : nbrun__errno(ctx, NBRUN_EIO, errno, "cannot claim %s", dir);
+		goto out;
+	}
+	close(claim);
 	d = fdopendir(dup(fd));
 	if (d) {
 		struct dirent *de;
 		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    strcmp(de->d_name, NBRUN__OUT_CLAIM)) {
 				rc = nbrun__err(ctx, NBRUN_EINVAL,
 						"output directory %s is not empty", dir);
 				break;
 			}
 		closedir(d);
 	}
-	if (rc < 0)
+	if (rc < 0) {
+		nbrun__out_dir_release(fd);
 		goto out;
+	}
 	*out_dir = dir;
 	*out_fd = fd;
 	dir = NULL;
@@ -160,6 +173,12 @@ out:
 		close(fd);
 	free(dir);
 	return rc;
+}
+
+void nbrun__out_dir_release(int fd)
+{
+	if (fd >= 0)
+		unlinkat(fd, NBRUN__OUT_CLAIM, 0);
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -314,6 +333,7 @@ out:
 	nbrun_result_free(r.job.result);
 	nbrun__job_release(&r.job);
 	free(r.out_dir);
+	nbrun__out_dir_release(r.out_fd);
 	if (r.out_fd >= 0)
 		close(r.out_fd);
 	free(text);

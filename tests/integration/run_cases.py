@@ -190,6 +190,27 @@ def case_control_names():
     check("files/\\u202eevil.txt" in p.stdout, p.stdout)
 
 
+def case_same_out_dir():
+    # Two runs started together with the same new -o DIR: one gets it, the
+    # other a clear usage error; the winner's result.json is its own.
+    for attempt in range(3):
+        out = os.path.join(tempfile.mkdtemp(), "shared")
+        procs = [subprocess.Popen([NBRUN, "run", "--json", "-o", out, "-c", "print(%d)" % i],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(2)]
+        res = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+        codes = sorted(rc for rc, _, _ in res)
+        check(codes == [0, 2], "attempt %d: exits %r: %r" % (attempt, codes, [e for _, _, e in res]))
+        won = [i for i, (rc, _, _) in enumerate(res) if rc == 0][0]
+        lost = res[1 - won]
+        check("is in use by another run" in lost[2] and lost[2].startswith("nbrun: error: "), lost[2])
+        check(not lost[1].strip(), "the loser printed a result: %r" % lost[1][:200])
+        doc = json.loads(res[won][1])
+        check(doc["status"] == "ok" and doc["stdout"] == "%d\n" % won, doc)
+        check(sorted(os.listdir(out)) == ["notebook.ipynb", "result.json"], os.listdir(out))
+        finish(doc, out)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
