@@ -167,7 +167,7 @@ static void mcp_stdio_line(struct mcp_stdio *io, char *line, size_t len)
 		len--;
 	if (!len)
 		return;
-	msg = json_loadb(line, len, 0, &jerr);
+	msg = json_loadb(line, len, JSON_DECODE_ANY, &jerr);
 	if (!msg) {
 		snprintf(why, sizeof(why), "parse error: %s (column %d)", jerr.text, jerr.column);
 		out = mcp_error_text(MCP_PARSE_ERROR, why);

@@ -257,7 +257,7 @@ struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *
 		snprintf(why, sizeof(why), "unsupported MCP-Protocol-Version: %.64s", pv);
 		return mcp_http_error(400, MCP_INVALID_REQUEST, why, status);
 	}
-	msg = json_loadb(body, len, 0, &jerr);
+	msg = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
 	if (!msg) {
 		snprintf(why, sizeof(why), "parse error: %s (line %d, column %d)", jerr.text, jerr.line,
 			 jerr.column);

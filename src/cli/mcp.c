@@ -438,7 +438,7 @@ void mcp_handle_text(char **out, struct mcp_server *m, struct mcp_session *sess,
 		*out = mcp_error_text(MCP_INVALID_REQUEST, why);
 		return;
 	}
-	msg = json_loadb(text, len, 0, &jerr);
+	msg = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
 	if (!msg) {
 		snprintf(why, sizeof(why), "parse error: %s (line %d, column %d)", jerr.text, jerr.line,
 			 jerr.column);
