@@ -121,6 +121,10 @@ void cli_put_safe(FILE *fp, const char *s, bool newlines);
  */
 void cli_put_safe(FILE *fp, const char *s, bool newlines);
 
+/* "nbrun: warning: the host disk is full..." when a result document (NULL
+ * is fine) skipped entries for want of disk space on the host. */
+void cli_warn_disk_full(const json_t *doc, const char *where);
+
 /* Human output of a result (stdout/stderr of the code, value, error, images, files). */
 void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color);
 /* The same from a result document (a server's reply). */

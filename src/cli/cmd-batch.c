@@ -270,6 +270,8 @@ static void *batch_worker(void *p)
 			fprintf(stderr, "[%zu/%zu] %s: %s (%.1f s)\n", b->done, b->n, job->name,
 				json_string_value(json_object_get(entry, "status")) ?: "failed",
 				(double)(job->end_ms - job->start_ms) / 1000.0);
+		cli_warn_disk_full(json_object_get(entry, "result"),
+				   json_string_value(json_object_get(entry, "out_dir")) ?: b->out_dir);
 		pthread_cond_broadcast(&b->changed);
 	}
 	pthread_mutex_unlock(&b->lock);

@@ -238,12 +238,42 @@ int cli_print_json(const struct nbrun_result *r)
 	return rc;
 }
 
+/* Entries of the document's skipped list with this reason. */
+static size_t skipped_for(const json_t *doc, const char *reason)
+{
+	const json_t *e;
+	size_t i, n = 0;
+
+	json_array_foreach(json_object_get(doc, "skipped"), i, e)
+		n += !strcmp(str(e, "reason"), reason);
+	return n;
+}
+
+void cli_warn_disk_full(const json_t *doc, const char *where)
+{
+	size_t n = skipped_for(doc, "host disk full");
+
+	if (n)
+		fprintf(stderr, "nbrun: warning: the host disk is full: %zu entr%s of /mnt/data not exported to %s\n",
+			n, n == 1 ? "y" : "ies", where);
+}
+
 int cli_report(int rc, const struct nbrun_ctx *ctx, const struct nbrun_result *res, bool json)
 {
+	char *text = NULL;
+	json_t *doc;
+
 	if (rc < 0) {
 		cli_error("%s", nbrun_ctx_errmsg(ctx));
 		return cli_exit_for_error(rc);
 	}
+	/* Not exported for want of disk space on the host: said on stderr too. */
+	if (nbrun_result_skipped_count(res) && nbrun_result_to_json(&text, res, 0) == 0 &&
+	    (doc = json_loads(text, JSON_ALLOW_NUL, NULL))) {
+		cli_warn_disk_full(doc, nbrun_result_out_dir(res) ? nbrun_result_out_dir(res) : "the output");
+		json_decref(doc);
+	}
+	free(text);
 	if (json) {
 		if (cli_print_json(res) < 0)
 			return CLI_EXIT_FAILED;

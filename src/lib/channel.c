@@ -27,6 +27,7 @@ void nbrun__chan_init(struct nbrun__chan *ch, struct nbrun__conn *conn, struct n
 	ch->blob_left = -1;
 	ch->blob_end = false;
 	ch->broken = false;
+	ch->spool_errno = 0;
 	ch->poke = NULL;
 	ch->at_boundary = false;
 }
@@ -294,6 +295,7 @@ int nbrun__chan_recv_blob(struct nbrun__chan *ch, struct buf *buf, int fd, uint6
 			}
 			if (fd >= 0 && (rc = fd_write_all(fd, ch->rbuf + ch->roff, want)) < 0) {
 				ch->broken = true;
+				ch->spool_errno = -rc;
 				return nbrun__errno(ch->ctx, NBRUN_EIO, -rc, "cannot spool the sandbox's data");
 			}
 			ch->roff += want;

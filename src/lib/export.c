@@ -197,6 +197,12 @@ static bool export_is_untouched_input(const struct nbrun__files_export *r, const
 	return false;
 }
 
+/* The host's disk (or quota) is full: said as what it is, not as a cap. */
+static bool export_disk_full(int err)
+{
+	return err == ENOSPC || err == EDQUOT;
+}
+
 static int export_file_entry(const struct nbrun__tar_entry *e, void *p)
 {
 	struct nbrun__files_export *r = p;
@@ -231,6 +237,12 @@ static int export_file_entry(const struct nbrun__tar_entry *e, void *p)
 	 * the prefix must not count against the depth and length caps. */
 	if (r->files_fd < 0) {
 		r->files_fd = nbrun__export_mkdirs(r->out_fd, "files");
+		if (r->files_fd < 0 && export_disk_full(-r->files_fd)) {
+			r->files_fd = -1;
+			nbrun__result_skip(r->result, rel, "host disk full");
+			r->cut = true;
+			return -1;
+		}
 		if (r->files_fd < 0)
 			return -2;
 	}
@@ -238,7 +250,10 @@ static int export_file_entry(const struct nbrun__tar_entry *e, void *p)
 		return -2;
 	fd = nbrun__export_open(r->files_fd, rel, 0644);
 	if (fd < 0) {
-		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry" : "cannot be written");
+		nbrun__result_skip(r->result, rel, fd == -EEXIST ? "duplicate entry"
+						   : export_disk_full(-fd) ? "host disk full"
+									  : "cannot be written");
+		r->cut |= export_disk_full(-fd);
 		free(dest);
 		return -1;
 	}
@@ -258,7 +273,9 @@ static void export_file_done(const struct nbrun__tar_entry *e, int fd, uint64_t 
 
 	if (!complete) {
 		unlinkat(r->out_fd, r->entry_rel, 0);
-		nbrun__result_skip(r->result, rel, "over the export cap or unreadable");
+		nbrun__result_skip(r->result, rel, export_disk_full(e->write_errno)
+							   ? "host disk full"
+							   : "over the export cap or unreadable");
 		r->cut = true;
 	} else if (export_is_untouched_input(r, rel, fd)) {
 		unlinkat(r->out_fd, r->entry_rel, 0);

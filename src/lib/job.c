@@ -576,6 +576,15 @@ static int job_export_files(struct nbrun__job *j, bool use_channel)
 	if (fd < 0)
 		return fd;
 	rc = job_fetch_data(j, fd, job_max_archive(j), use_channel, &cut);
+	if (rc < 0 && (j->sb->ch.spool_errno == ENOSPC || j->sb->ch.spool_errno == EDQUOT)) {
+		/* The host's disk filled while /mnt/data came in: what fitted is
+		 * exported as far as it goes, and the rest is said to be missing. */
+		lseek(fd, 0, SEEK_SET);
+		nbrun__export_files(j->ctx, &x, fd, false);
+		close(fd);
+		nbrun__result_flag_truncated(j->result);
+		return nbrun__result_skip(j->result, "/mnt/data", "host disk full");
+	}
 	if (rc == 0) {
 		lseek(fd, 0, SEEK_SET);
 		rc = nbrun__export_files(j->ctx, &x, fd, cut);

@@ -166,6 +166,7 @@ struct nbrun__tar_entry {
 	int64_t size;
 	bool hardlink;
 	const char *link;    /* symlink or hardlink target, else NULL */
+	int write_errno;     /* in done(): why writing the data failed (ENOSPC...), else 0 */
 };
 struct nbrun__tar_sink {
 	/* Per entry: return an fd (>= 0) to receive its data, -1 to skip it, < -1 to stop. */
@@ -247,6 +248,7 @@ struct nbrun__chan {
 	int64_t blob_left;   /* -1: no blob pending; else bytes of it still to read */
 	bool blob_end;       /* the E frame of the pending blob is still to come */
 	bool broken;         /* a violation or a dead connection: nothing more to read */
+	int spool_errno;     /* why writing a blob to its fd failed (ENOSPC...), else 0 */
 	/* When raised, a receive waiting between two messages returns 3 (the
 	 * caller has something to send first, e.g. an interrupt). */
 	const volatile sig_atomic_t *poke;

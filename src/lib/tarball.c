@@ -303,6 +303,7 @@ int nbrun__tar_extract(struct nbrun_ctx *ctx, int fd, const struct nbrun__tar_si
 		e.size = archive_entry_size(ae);
 		e.hardlink = archive_entry_hardlink(ae) != NULL;
 		e.link = e.hardlink ? archive_entry_hardlink(ae) : archive_entry_symlink(ae);
+		e.write_errno = 0;
 		out_fd = sink->entry(&e, sink->payload);
 		if (out_fd < -1) {
 			rc = out_fd;
@@ -322,7 +323,9 @@ int nbrun__tar_extract(struct nbrun_ctx *ctx, int fd, const struct nbrun__tar_si
 				complete = false;
 				break;
 			}
-			if (fd_write_all(out_fd, chunk, (size_t)n) < 0) {
+			r = fd_write_all(out_fd, chunk, (size_t)n);
+			if (r < 0) {
+				e.write_errno = -r;
 				complete = false;
 				break;
 			}

@@ -211,6 +211,36 @@ def case_same_out_dir():
         finish(doc, out)
 
 
+def case_host_disk_full():
+    # The output directory on a small filesystem: a file that does not fit is
+    # skipped as "host disk full", truncated is set and stderr warns; the
+    # run itself ran fine. 2 MiB: the archive of /mnt/data does not fit;
+    # 8 MiB: the archive fits, the exported file does not.
+    code = "open('/mnt/data/big.bin', 'wb').write(b'x' * (5 << 20))\nopen('/mnt/data/s.txt', 'w').write('s')\n"
+    for size in ("2m", "8m"):
+        mnt = tempfile.mkdtemp(prefix="nbrun-small-")
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", mnt],
+                           capture_output=True, text=True)
+        check(p.returncode == 0, "cannot mount a small tmpfs (the suite runs as root): %s" % p.stderr)
+        try:
+            out = os.path.join(mnt, "o")
+            p = subprocess.run([NBRUN, "run", "--json", "-o", out, "-c", code], capture_output=True,
+                               text=True, timeout=300)
+            doc = json.loads(p.stdout)
+            check(p.returncode == 0 and doc["status"] == "ok", "%s: exit %d %r" % (size, p.returncode, doc["message"]))
+            reasons = {s["path"]: s["reason"] for s in doc["skipped"]}
+            check("host disk full" in reasons.values(), "%s: skipped %r" % (size, doc["skipped"]))
+            check(reasons.get("big.bin", reasons.get("/mnt/data")) == "host disk full", reasons)
+            check(doc["truncated"] is True, "%s: truncated %r" % (size, doc["truncated"]))
+            check("nbrun: warning: the host disk is full" in p.stderr, "%s: stderr %r" % (size, p.stderr))
+            check(not any(f["path"] == "files/big.bin" for f in doc["files"]), doc["files"])
+            check(not os.path.exists(os.path.join(out, "files", "big.bin")), "a partial big.bin was left")
+            validate(doc)
+        finally:
+            subprocess.run(["umount", mnt])
+            os.rmdir(mnt)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
