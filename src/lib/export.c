@@ -307,7 +307,8 @@ int nbrun__export_files(struct nbrun_ctx *ctx, struct nbrun__files_export *x, in
 	}
 	if (rc < 0) {
 		/* A broken archive keeps what was exported before the break. */
-		nbrun__result_skip(x->result, "/mnt/data", nbrun_ctx_errmsg(ctx));
+		if (!x->partial)
+			nbrun__result_skip(x->result, "/mnt/data", nbrun_ctx_errmsg(ctx));
 		x->cut = true;
 		rc = 0;
 	}

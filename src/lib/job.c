@@ -580,6 +580,7 @@ static int job_export_files(struct nbrun__job *j, bool use_channel)
 		/* The host's disk filled while /mnt/data came in: what fitted is
 		 * exported as far as it goes, and the rest is said to be missing. */
 		lseek(fd, 0, SEEK_SET);
+		x.partial = true;
 		nbrun__export_files(j->ctx, &x, fd, false);
 		close(fd);
 		nbrun__result_flag_truncated(j->result);

@@ -133,6 +133,7 @@ struct nbrun__files_export {
 	size_t n_inputs;
 	uint64_t max_bytes;
 	size_t max_files;
+	bool partial;    /* the host cut the archive (its disk filled): an end missing is no fault */
 	/* state */
 	uint64_t bytes;
 	size_t count;

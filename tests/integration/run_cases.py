@@ -231,6 +231,7 @@ def case_host_disk_full():
             reasons = {s["path"]: s["reason"] for s in doc["skipped"]}
             check("host disk full" in reasons.values(), "%s: skipped %r" % (size, doc["skipped"]))
             check(reasons.get("big.bin", reasons.get("/mnt/data")) == "host disk full", reasons)
+            check(not any("malformed" in r for r in reasons.values()), "%s: %r" % (size, reasons))
             check(doc["truncated"] is True, "%s: truncated %r" % (size, doc["truncated"]))
             check("nbrun: warning: the host disk is full" in p.stderr, "%s: stderr %r" % (size, p.stderr))
             check(not any(f["path"] == "files/big.bin" for f in doc["files"]), doc["files"])
