@@ -23,14 +23,17 @@ static void run_on_signal(int sig)
 
 static void run_help(void)
 {
-	printf("Usage: nbrun run [OPTIONS] (-c CODE | FILE.py | FILE.ipynb | -)\n"
+	printf("Usage: nbrun run [OPTIONS] (-c CODE | FILE | FILE.ipynb | -)\n"
 	       "\n"
-	       "Run Python in a fresh, locked-down jupyter-runtime container and print what it\n"
+	       "Run code in a fresh, locked-down jupyter-runtime container and print what it\n"
 	       "produced: stdout, stderr, results, errors with tracebacks, images and files.\n"
-	       "'# %%%%' lines split code into cells; an error in one cell keeps the outputs of\n"
-	       "the cells before it. A .ipynb is run as it is.\n"
+	       "'# %%%%' lines ('// %%%%' in JavaScript and TypeScript) split code into cells;\n"
+	       "an error in one cell keeps the outputs of the cells before it. A .ipynb is run\n"
+	       "as it is, in the language of its kernelspec.\n"
 	       "\n"
 	       "  -c, --code CODE       the code to run\n"
+	       "  -l, --language LANG   %s (default: from the\n"
+	       "                        file's extension, .py .R .js .ts .sh; else python)\n"
 	       "Remote (an 'nbrun serve' runs it; same output, files and exit codes):\n"
 	       "  --server URL          http://HOST:PORT or unix:/path/to/socket (or NBRUN_SERVER);\n"
 	       "                        -f (files only), -e and --timeout are sent, the other\n"
@@ -47,7 +50,7 @@ static void run_help(void)
 	       "\n"
 	       "Exit codes: 0 ok, 1 a cell raised, 2 usage, 3 timeout or out of memory,\n"
 	       "4 engine or image problem, 5 other failure, 130 interrupted.\n",
-	       cli_run_options_help);
+	       nbrun_language_names(), cli_run_options_help);
 }
 
 static const char *phase_name(enum nbrun_phase p)
@@ -148,18 +151,19 @@ static int run_remote(struct cli_run_args *args, const char *server, const char 
 
 int cmd_run(int argc, char **argv)
 {
-	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE };
+	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE, OPT_LANGUAGE };
 	static const struct option longopts[] = {
 		{ "code", required_argument, NULL, 'c' },
 		{ "server", required_argument, NULL, OPT_SERVER },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "language", required_argument, NULL, 'l' },
 		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_run_args args;
 	const char *code = NULL, *input = NULL, *server = getenv("NBRUN_SERVER"), *token_file = NULL;
-	const char *local_only = NULL;
+	const char *local_only = NULL, *language = NULL;
 	bool timeout_set = false;
 	char *text = NULL;
 	size_t text_len = 0;
@@ -175,9 +179,10 @@ int cmd_run(int argc, char **argv)
 	}
 	optind = 1;
 	opterr = 0; /* one diagnostic, in house format, below */
-	while ((c = getopt_long(argc, argv, "c:f:e:o:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:l:f:e:o:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': code = optarg; break;
+		case 'l': language = optarg; break;
 		case OPT_SERVER: server = optarg; break;
 		case OPT_TOKEN_FILE: token_file = optarg; break;
 		case 'o': args.opts.out_dir = optarg; break;
@@ -211,8 +216,22 @@ int cmd_run(int argc, char **argv)
 						  : "no code: give -c CODE, a FILE.py, a FILE.ipynb or - for stdin");
 		goto out;
 	}
+	if (language && !nbrun_language_name(language)) {
+		ret = cli_usage_error("run", "unknown language '%s'; languages: %s", language,
+				      nbrun_language_names());
+		goto out;
+	}
+	/* A notebook names its own language; a file's extension names one. */
+	if (!language && input && !ends_with(input, ".ipynb"))
+		language = nbrun_language_for_path(input);
+	args.opts.language = language;
 	if (server && !*server)
 		server = NULL;
+	if (server && language && strcmp(nbrun_language_name(language), "python")) {
+		ret = cli_usage_error("run", "a server runs Python only; run %s here, without --server",
+				      nbrun_language_name(language));
+		goto out;
+	}
 	if (server && local_only) {
 		ret = cli_usage_error("run", "%s is the server's to set; it cannot be used with --server",
 				      local_only);

@@ -101,6 +101,51 @@ int nbrun__outputs_parse(struct nbrun_ctx *ctx, struct nbrun_result *r, const js
 
 /* Split code on "# %%" lines into nbformat 4.5 code cells. */
 int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *code);
+/* The same in a language: its "%%" marker and comments, its kernelspec. */
+struct nbrun__language;
+int nbrun__notebook_from_code_lang(json_t **out, struct nbrun_ctx *ctx, const char *code,
+				   const struct nbrun__language *lang);
+
+/* ---- language.c: the languages nbrun runs ------------------------------------ */
+
+#define NBRUN__LANGUAGE_MAX_ALIASES 3
+#define NBRUN__LANGUAGE_MAX_EXTENSIONS 2
+struct nbrun__language {
+	const char *name;              /* "python", "r", "javascript", "typescript", "bash" */
+	const char *aliases[NBRUN__LANGUAGE_MAX_ALIASES];
+	const char *kernel;            /* its kernelspec in the runtime image */
+	const char *display_name;      /* the kernelspec's display_name */
+	const char *kernel_language;   /* the kernelspec's language */
+	const char *extensions[NBRUN__LANGUAGE_MAX_EXTENSIONS];
+	const char *comment;           /* "#" or "//" */
+	const char *marker;            /* "# %%" or "// %%": starts a cell */
+	/* The name a parameter gets in the language (NULL: it cannot be one). */
+	const char *(*param_name)(const char *name);
+	/* One "name = literal" line of a parameters cell; 0, -EINVAL, -ENOMEM.
+	 * NULL for Python: notebook.c writes its literals. */
+	int (*assign)(struct buf *b, const char *name, const json_t *value);
+};
+
+/* Python, the language of code and notebooks that name none. */
+const struct nbrun__language *nbrun__language_default(void);
+/* By name or alias, any case ("R", "js", "ts", "sh"); NULL when unknown. */
+const struct nbrun__language *nbrun__language_find(const char *name);
+/* By kernelspec name, else by the kernelspec's language; NULL when neither is known. */
+const struct nbrun__language *nbrun__language_for_kernel(const char *kernel, const char *language);
+/* "python, r, javascript, typescript, bash" */
+const char *nbrun__language_names(void);
+/* The language a notebook's kernelspec (or language_info) names; Python
+ * when it names none; NBRUN_EINVAL (with the languages in the message) when
+ * it names another. */
+int nbrun__language_of_notebook(const struct nbrun__language **out, struct nbrun_ctx *ctx,
+				const json_t *nb);
+/* Make the notebook's kernelspec (and language_info when it names another
+ * language) the language's: the image's kernel runs it. 0 or -ENOMEM. */
+int nbrun__language_set_kernelspec(json_t *nb, const struct nbrun__language *lang);
+/* Append a parameters cell's source ("<comment> Parameters" and one line per
+ * entry of the JSON object params) in a language other than Python. */
+int nbrun__language_params(struct buf *out, struct nbrun_ctx *ctx,
+			   const struct nbrun__language *lang, const json_t *params);
 
 /* ---- export.c: safe writes under the output directory ---------------------- */
 
@@ -306,6 +351,7 @@ struct nbrun__sandbox_spec {
 	const char *const *env;   /* "KEY=VALUE" */
 	size_t env_count;
 	const char *preload;      /* modules the kernel imports before it is ready, or NULL */
+	const char *kernel;       /* the kernelspec the agent starts (NULL: python3) */
 };
 
 struct nbrun__sandbox_state {

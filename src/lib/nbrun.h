@@ -295,14 +295,44 @@ struct nbrun_run_options {
 	/** Version 3: live events (outputs as they come, cells as they end), or NULL. */
 	nbrun_event_cb on_event;
 	void *event_payload;
+	/**
+	 * Version 4: the language ("python", "r", "javascript", "typescript",
+	 * "bash" or an alias: nbrun_language_name()), or NULL: Python for code,
+	 * the kernelspec's for a notebook. Code is split on its "# %%" (or
+	 * "// %%") lines and runs in that language's kernel; an unknown
+	 * language, or one whose kernel the image lacks, is NBRUN_EINVAL.
+	 */
+	const char *language;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 3
+#define NBRUN_RUN_OPTIONS_VERSION 4
 #define NBRUN_RUN_OPTIONS_INIT                                                                   \
 	{                                                                                        \
 		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
 			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL, NULL, NULL, NULL                                             \
+			NULL, NULL, NULL, NULL, NULL, NULL                                       \
 	}
+
+/**
+ * The language a source file is in, from its extension (.py, .R or .r,
+ * .js, .ts, .sh).
+ * @param path  a file name
+ * @return the language's name (static), or NULL when the extension names
+ *         none (a notebook's kernelspec names its own)
+ */
+NBRUN_EXPORT const char *nbrun_language_for_path(const char *path);
+
+/**
+ * The canonical name of a language given by name or alias, any case
+ * ("R" -> "r", "js" -> "javascript", "ts", "sh", "py").
+ * @return a static string, or NULL when nbrun runs no such language
+ */
+NBRUN_EXPORT const char *nbrun_language_name(const char *name);
+
+/**
+ * The languages nbrun runs, for a message.
+ * @return a static string: "python, r, javascript, typescript, bash"
+ */
+NBRUN_EXPORT const char *nbrun_language_names(void);
 
 /**
  * Run Python code in a fresh container and collect its results.

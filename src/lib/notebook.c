@@ -13,13 +13,14 @@
 #include "nbrun-private.h"
 #include "text.h"
 
-static bool nb_is_marker(const char *line, size_t len, bool *markdown)
+static bool nb_is_marker(const char *line, size_t len, const char *marker, bool *markdown)
 {
 	const char *p = line, *end = line + len;
+	size_t mlen = strlen(marker);
 
-	if (len < 4 || strncmp(line, "# %%", 4))
+	if (len < mlen || strncmp(line, marker, mlen))
 		return false;
-	p += 4;
+	p += mlen;
 	/* "# %%%" and the like are not markers. */
 	if (p < end && *p != ' ' && *p != '\t' && *p != '\r')
 		return false;
@@ -44,8 +45,9 @@ static json_t *nb_cell(size_t index, const char *src, size_t len, bool markdown)
 	return cell;
 }
 
-/* Markdown cells in percent format are written as comments: drop the "# ". */
-static json_t *nb_markdown_cell(size_t index, const char *src, size_t len)
+/* Markdown cells in percent format are written as comments: drop the "# "
+ * (the "// " in JavaScript and TypeScript). */
+static json_t *nb_markdown_cell(size_t index, const char *src, size_t len, const char *comment)
 {
 	struct buf b = BUF_INIT(len + 1);
 	const char *p = src, *end = src + len;
@@ -54,10 +56,11 @@ static json_t *nb_markdown_cell(size_t index, const char *src, size_t len)
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t n = nl ? (size_t)(nl - p + 1) : (size_t)(end - p);
-		if (n >= 2 && p[0] == '#' && p[1] == ' ')
-			buf_append(&b, p + 2, n - 2);
-		else if (n >= 1 && p[0] == '#')
-			buf_append(&b, p + 1, n - 1);
+		size_t c = strlen(comment);
+		if (n >= c + 1 && !strncmp(p, comment, c) && p[c] == ' ')
+			buf_append(&b, p + c + 1, n - c - 1);
+		else if (n >= c && !strncmp(p, comment, c))
+			buf_append(&b, p + c, n - c);
 		else
 			buf_append(&b, p, n);
 		p += n;
@@ -69,6 +72,12 @@ static json_t *nb_markdown_cell(size_t index, const char *src, size_t len)
 
 int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *code)
 {
+	return nbrun__notebook_from_code_lang(out, ctx, code, nbrun__language_default());
+}
+
+int nbrun__notebook_from_code_lang(json_t **out, struct nbrun_ctx *ctx, const char *code,
+				   const struct nbrun__language *lang)
+{
 	json_t *nb, *cells;
 	const char *p = code, *start = code;
 	bool markdown = false, seen_marker = false;
@@ -78,9 +87,9 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 	if (!text_utf8_valid(code, strlen(code)))
 		return nbrun__err(ctx, NBRUN_EINVAL, "the code is not valid UTF-8");
 	nb = json_pack("{s:i, s:i, s:{s:{s:s, s:s, s:s}, s:{s:s}}, s:[]}", "nbformat", 4,
-		       "nbformat_minor", 5, "metadata", "kernelspec", "name", "python3",
-		       "display_name", "Python 3", "language", "python", "language_info", "name",
-		       "python", "cells");
+		       "nbformat_minor", 5, "metadata", "kernelspec", "name", lang->kernel,
+		       "display_name", lang->display_name, "language", lang->kernel_language,
+		       "language_info", "name", lang->kernel_language, "cells");
 	if (!nb)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	cells = json_object_get(nb, "cells");
@@ -88,7 +97,7 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 		const char *nl = strchr(p, '\n');
 		size_t len = nl ? (size_t)(nl - p) : strlen(p);
 		bool next_md = false;
-		bool marker = nb_is_marker(p, len, &next_md);
+		bool marker = nb_is_marker(p, len, lang->marker, &next_md);
 
 		if (marker || !nl) {
 			const char *stop = marker ? p : p + len;
@@ -96,7 +105,7 @@ int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *c
 			/* Text before the first marker is a cell only when it has code. */
 			bool blank = strspn(start, " \t\r\n") >= n;
 			if (seen_marker || !blank) {
-				json_t *cell = markdown ? nb_markdown_cell(index, start, n)
+				json_t *cell = markdown ? nb_markdown_cell(index, start, n, lang->comment)
 							: nb_cell(index, start, n, false);
 				if (!cell || json_array_append_new(cells, cell) < 0) {
 					json_decref(nb);
@@ -241,6 +250,7 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 					      const char *params)
 {
 	struct buf src = BUF_INIT(16u << 20);
+	const struct nbrun__language *lang;
 	json_t *nb = NULL, *p = NULL, *cells, *cell, *v;
 	char jerr[160];
 	const char *name;
@@ -261,6 +271,15 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 				p ? "" : ": ", p ? "" : jerr);
 		goto out;
 	}
+	rc = nbrun__language_of_notebook(&lang, ctx, nb);
+	if (rc < 0)
+		goto out;
+	if (lang->assign) {
+		rc = nbrun__language_params(&src, ctx, lang, p);
+		if (rc < 0)
+			goto out;
+		goto cell;
+	}
 	rc = buf_puts(&src, "# Parameters\n");
 	json_object_foreach(p, name, v) {
 		if (!nb_is_identifier(name)) {
@@ -280,6 +299,7 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 				"parameters cannot be written as Python");
 		goto out;
 	}
+cell:
 	cells = json_object_get(nb, "cells");
 	if (!json_is_array(cells)) {
 		rc = nbrun__err(ctx, NBRUN_EPARSE, "notebook has no cell list");

@@ -33,6 +33,7 @@ struct run {
 	uint64_t t0_ms;
 	bool warm;              /* the sandbox came ready from a pool */
 	bool leased;            /* ... and has not been handed back yet */
+	const struct nbrun__language *lang;
 };
 
 static void run_progress(struct run *r, enum nbrun_phase phase)
@@ -72,6 +73,9 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 	/* Version 1 lacks the pool, which run_pool() reads only from version 2. */
 	if (!o || o->version < 1 || o->version > NBRUN_RUN_OPTIONS_VERSION)
 		return nbrun__err(ctx, NBRUN_EINVAL, "run options missing or of another version");
+	if (o->version >= 4 && o->language && !nbrun__language_find(o->language))
+		return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s'; languages: %s",
+				  o->language, nbrun__language_names());
 	if (o->timeout_ms == 0 || o->timeout_ms > 24ULL * 3600 * 1000)
 		return nbrun__err(ctx, NBRUN_EINVAL, "timeout must be between 1 ms and 24 h");
 	if (o->cell_timeout_ms > o->timeout_ms)
@@ -207,6 +211,7 @@ static int run_execute(struct run *r, json_t *nb, const char *notebook, size_t l
 
 	if (!r->sb->conn) {
 		nbrun__run_sandbox_spec(&spec, r->opts);
+		spec.kernel = r->lang->kernel;
 		r->sb->ops->gc(r->sb);
 		run_progress(r, NBRUN_PHASE_CREATE);
 		rc = r->sb->ops->create(r->sb, &spec);
@@ -219,7 +224,7 @@ static int run_execute(struct run *r, json_t *nb, const char *notebook, size_t l
 }
 /*
  * nbconvert refuses a kernelspec without name or display_name (older Jupyter
- * wrote such notebooks). The sandbox has one kernel, python3: complete it.
+ * wrote such notebooks): complete it (run_set_kernel() chose the kernel).
  */
 static void run_fix_kernelspec(json_t *nb)
 {
@@ -228,14 +233,48 @@ static void run_fix_kernelspec(json_t *nb)
 
 	if (!json_is_object(ks))
 		return;
-	if (!json_is_string(json_object_get(ks, "name")))
-		json_object_set_new(ks, "name", json_string("python3"));
 	if (!json_is_string(json_object_get(ks, "display_name")))
-		json_object_set_new(ks, "display_name", json_string("Python 3"));
+		json_object_set_new(ks, "display_name",
+				    json_string(json_string_value(json_object_get(ks, "name"))));
+}
+
+/*
+ * The language of a run: the options' (version 4), else the notebook's
+ * kernelspec, else Python. The notebook is then given that language's
+ * kernelspec, which the sandbox's agent starts.
+ */
+static int run_language(const struct nbrun__language **out, struct nbrun_ctx *ctx,
+			const struct nbrun_run_options *opts, const json_t *nb)
+{
+	const char *name = opts && opts->version >= 4 ? opts->language : NULL;
+
+	if (name) {
+		*out = nbrun__language_find(name);
+		if (!*out)
+			return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s'; languages: %s",
+					  name, nbrun__language_names());
+		return 0;
+	}
+	if (nb)
+		return nbrun__language_of_notebook(out, ctx, nb);
+	*out = nbrun__language_default();
+	return 0;
+}
+
+static int run_set_kernel(json_t *nb, const struct nbrun__language *lang)
+{
+	const char *name = json_string_value(
+		json_object_get(json_object_get(json_object_get(nb, "metadata"), "kernelspec"), "name"));
+
+	if (name && !strcmp(name, lang->kernel)) {
+		run_fix_kernelspec(nb);
+		return 0;
+	}
+	return nbrun__language_set_kernelspec(nb, lang);
 }
 
 static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, json_t *nb,
-			     const struct nbrun_run_options *opts)
+			     const struct nbrun_run_options *opts, const struct nbrun__language *lang)
 {
 	struct run r;
 	char *text = NULL;
@@ -245,6 +284,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	memset(&r, 0, sizeof(r));
 	r.ctx = ctx;
 	r.opts = opts;
+	r.lang = lang;
 	r.out_fd = -1;
 	r.t0_ms = clock_mono_ms();
 	rc = nbrun__run_check_options(ctx, opts);
@@ -263,7 +303,8 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		if (access(opts->files[i], R_OK) < 0)
 			return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
 					    "input %s", opts->files[i]);
-	run_fix_kernelspec(nb);
+	if (run_set_kernel(nb, lang) < 0)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	text = json_dumps(nb, JSON_INDENT(1));
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
@@ -273,7 +314,8 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		goto out;
 	}
 	/* A warm sandbox names the run; a cold one is made for it below. */
-	if (run_pool(opts))
+	/* The pool's sandboxes run Python: another language starts cold. */
+	if (run_pool(opts) && lang == nbrun__language_default())
 		r.sb = nbrun__pool_lease(run_pool(opts), ctx, opts);
 	r.warm = r.leased = r.sb != NULL;
 	if (r.sb)
@@ -290,6 +332,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	rc = nbrun__result_new(&r.job.result, r.id);
 	if (rc < 0)
 		goto out;
+	json_object_set_new(r.job.result->doc, "language", json_string(lang->name));
 	if (!r.sb) {
 		run_progress(&r, NBRUN_PHASE_CONNECT);
 		rc = nbrun__sandbox_new(&r.sb, ctx, &nbrun__sandbox_docker, r.id);
@@ -343,16 +386,20 @@ out:
 NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *code,
 				const struct nbrun_run_options *opts)
 {
+	const struct nbrun__language *lang;
 	json_t *nb = NULL;
 	int rc;
 
 	*out = NULL;
 	if (!code)
 		return nbrun__err(ctx, NBRUN_EINVAL, "no code given");
-	rc = nbrun__notebook_from_code(&nb, ctx, code);
+	rc = run_language(&lang, ctx, opts, NULL);
 	if (rc < 0)
 		return rc;
-	rc = run_notebook_json(out, ctx, nb, opts);
+	rc = nbrun__notebook_from_code_lang(&nb, ctx, code, lang);
+	if (rc < 0)
+		return rc;
+	rc = run_notebook_json(out, ctx, nb, opts, lang);
 	json_decref(nb);
 	return rc;
 }
@@ -361,6 +408,7 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 				    const char *notebook, size_t len,
 				    const struct nbrun_run_options *opts)
 {
+	const struct nbrun__language *lang;
 	json_t *nb = NULL;
 	int rc;
 
@@ -368,7 +416,9 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 	rc = nbrun__notebook_loadb(&nb, ctx, notebook, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES);
 	if (rc < 0)
 		return rc;
-	rc = run_notebook_json(out, ctx, nb, opts);
+	rc = run_language(&lang, ctx, opts, nb);
+	if (rc == 0)
+		rc = run_notebook_json(out, ctx, nb, opts, lang);
 	json_decref(nb);
 	return rc;
 }

@@ -225,6 +225,9 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 		json_array_append_new(env, json_string(o->env[i]));
 	if (env && o->preload)
 		json_array_append_new(env, json_sprintf("NBRUN_PRELOAD=%s", o->preload));
+	/* Last, so that no -e entry of the same name counts. */
+	if (env && o->kernel)
+		json_array_append_new(env, json_sprintf("NBRUN_KERNEL=%s", o->kernel));
 	spec = json_pack(
 		"{s:s, s:[s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:b,"
 		" s:{s:s, s:[s], s:[s,s,s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
@@ -246,6 +249,43 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 	return spec;
 }
 
+/*
+ * An image lists its kernels in the label nbrun.kernels ("python3 ir ...");
+ * one without the label has python3 only. A run in a language whose kernel
+ * the image lacks is a usage error, found before anything is created.
+ */
+static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
+{
+	struct dsb *b = dsb_of(sb);
+	char path[512];
+	json_t *reply = NULL;
+	const char *list, *p;
+	size_t n = strlen(kernel);
+	int status;
+
+	if (!strcmp(kernel, "python3"))
+		return 0;
+	snprintf(path, sizeof(path), "/images/%s/json", sb->image);
+	status = nbrun__docker_json(b->docker, "GET", path, NULL, &reply, 0);
+	if (status < 0)
+		return status;
+	if (status != 200) {
+		json_decref(reply);
+		return dsb_status(sb, status, "cannot inspect the image");
+	}
+	list = json_string_value(json_object_get(
+		json_object_get(json_object_get(reply, "Config"), "Labels"), "nbrun.kernels"));
+	for (p = list; p && (p = strstr(p, kernel)); p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			break;
+	status = p ? 0
+		   : nbrun__err(sb->ctx, NBRUN_EINVAL,
+				"image %s has no %s kernel (its kernels: %.200s); languages nbrun runs: %s",
+				sb->image, kernel, list ? list : "python3", nbrun__language_names());
+	json_decref(reply);
+	return status;
+}
+
 static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec)
 {
 	struct dsb *b = dsb_of(sb);
@@ -254,6 +294,8 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 	int rc, status;
 
 	rc = dsb_resolve_image(sb, spec->image);
+	if (rc == 0 && spec->kernel)
+		rc = dsb_check_kernel(sb, spec->kernel);
 	if (rc < 0)
 		return rc;
 	rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
