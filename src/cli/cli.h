@@ -98,6 +98,13 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 int cli_run_args_finish(struct cli_run_args *a, const char *cmd);
 
 /*
+ * Open an input file without blocking: only a regular file is read (a FIFO
+ * without a writer would hang, a device or a directory is no notebook). The
+ * fd, or -1 after a usage error saying what path is.
+ */
+int cli_open_input(const char *path, const char *cmd);
+
+/*
  * Code read from a file or standard input (name): 0, or a usage error
  * naming the line and byte of its first NUL byte (CLI_EXIT_USAGE).
  */

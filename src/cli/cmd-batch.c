@@ -124,11 +124,18 @@ static char *batch_read_file(const char *path, size_t *len, char *err, size_t er
 {
 	struct buf b = BUF_INIT(BATCH_NOTEBOOK_MAX);
 	char chunk[65536];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
 	ssize_t n;
 
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(fd);
+		fd = -1;
+		errno = EINVAL;
+	}
 	if (fd < 0) {
-		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 errno == EINVAL ? "not a regular file" : strerror(errno));
 		return NULL;
 	}
 	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
@@ -569,11 +576,14 @@ int cmd_batch(int argc, char **argv)
 	fixed = params_final(&params);
 	if (!fixed || batch_check_names(fixed, grid) < 0)
 		goto out;
-	for (int i = optind; i < argc; i++)
-		if (access(argv[i], R_OK) < 0) {
-			cli_usage_error("batch", "cannot read %s: %s", argv[i], strerror(errno));
+	/* Regular files only, opened without blocking: a FIFO without a writer
+	 * would hold the batch before its signals are handled. */
+	for (int i = optind; i < argc; i++) {
+		int fd = cli_open_input(argv[i], "batch");
+		if (fd < 0)
 			goto out;
-		}
+		close(fd);
+	}
 	ret = CLI_EXIT_FAILED;
 	if (batch_add_jobs(&b, argv + optind, (size_t)(argc - optind), grid, fixed) < 0) {
 		cli_error("too many notebooks or out of memory");

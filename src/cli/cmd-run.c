@@ -71,14 +71,12 @@ static int read_all(char **out, size_t *len, const char *path)
 {
 	struct buf b = BUF_INIT(CODE_MAX);
 	char chunk[65536];
-	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
+	int fd = strcmp(path, "-") ? cli_open_input(path, "run") : 0;
 	ssize_t n;
 	int rc = 0;
 
-	if (fd < 0) {
-		cli_error("cannot read %s: %s", path, strerror(errno));
-		return -1;
-	}
+	if (fd < 0)
+		return -2; /* a usage error, said */
 	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -245,8 +243,10 @@ int cmd_run(int argc, char **argv)
 		ret = CLI_EXIT_USAGE;
 		goto out;
 	}
-	if (input && read_all(&text, &text_len, input) < 0)
+	if (input && (rc = read_all(&text, &text_len, input)) < 0) {
+		ret = rc == -2 ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
 		goto out;
+	}
 	/* Python source holds no NUL byte, and a C string would end there: run
 	 * all of it or none, never the part before it. */
 	if (input && !ends_with(input, ".ipynb") && cli_check_source(text, text_len, input, "run")) {

@@ -2,11 +2,14 @@
 /* Parsing of sizes, durations and counts, and the mapping to exit codes. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -76,6 +79,36 @@ int cli_parse_count(int64_t *out, const char *s)
 		return -1;
 	*out = (int64_t)v;
 	return 0;
+}
+
+int cli_open_input(const char *path, const char *cmd)
+{
+	struct stat st;
+	const char *what = NULL;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0) {
+		cli_usage_error(cmd, "cannot read %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0)
+		what = strerror(errno);
+	else if (S_ISDIR(st.st_mode))
+		what = "a directory";
+	else if (S_ISFIFO(st.st_mode))
+		what = "a FIFO";
+	else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+		what = "a device";
+	else if (!S_ISREG(st.st_mode))
+		what = "not a regular file";
+	if (what) {
+		close(fd);
+		cli_usage_error(cmd, "%s: %s; give a regular file (or - for standard input)", path, what);
+		return -1;
+	}
+	/* a regular file never blocks: reads go on as usual */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
 }
 
 int cli_check_source(const char *text, size_t len, const char *name, const char *cmd)

@@ -207,6 +207,26 @@ def case_params_papermill():
         check(not os.path.exists(os.path.join(d, "no")), "%r started something" % args)
 
 
+def case_inputs_regular_only():
+    # A FIFO without a writer would hang a batch before its signals are
+    # handled (and nbrun run for good); a device or a directory is no
+    # notebook: each is a usage error at once, saying what it is.
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    fifo = os.path.join(d, "f.ipynb")
+    os.mkfifo(fifo)
+    for cmd, path, what in (("batch", fifo, "a FIFO"), ("run", fifo, "a FIFO"),
+                            ("batch", "/dev/zero", "a device"), ("batch", d, "a directory"),
+                            ("run", d, "a directory")):
+        try:
+            p = subprocess.run([NBRUN, cmd, "-o", os.path.join(d, "o"), path], capture_output=True,
+                               text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            check(False, "nbrun %s %s hangs" % (cmd, path))
+        check(p.returncode == 2, "nbrun %s %s: exit %d %r" % (cmd, path, p.returncode, p.stderr))
+        check(p.stderr.startswith("nbrun: error: ") and what in p.stderr, p.stderr)
+        check(not os.path.exists(os.path.join(d, "o")), "nbrun %s %s started something" % (cmd, path))
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):

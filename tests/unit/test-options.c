@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Command-line value parsing (src/cli/options.c) and exit-code mapping. */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -299,6 +302,35 @@ static void source_nul(void **state)
 	assert_int_equal(cli_check_source("a\nb\n\0", 5, "-", "run"), CLI_EXIT_USAGE);
 }
 
+/* Inputs are regular files, opened without blocking on a FIFO that has no writer. */
+static void open_input(void **state)
+{
+	char dir[] = "/tmp/nbrun-input-XXXXXX", path[64];
+	int fd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	alarm(10); /* a blocking open would hang here */
+	assert_int_equal(cli_open_input(path, "run"), -1);
+	alarm(0);
+	unlink(path);
+	assert_int_equal(cli_open_input(dir, "batch"), -1);
+	assert_int_equal(cli_open_input("/dev/zero", "batch"), -1);
+	assert_int_equal(cli_open_input("/nonexistent/x.ipynb", "batch"), -1);
+	snprintf(path, sizeof(path), "%s/nb.ipynb", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	fd = cli_open_input(path, "batch");
+	assert_true(fd >= 0);
+	assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+	close(fd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -313,6 +345,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(run_options),
 		cmocka_unit_test(run_options_cross_checks),
 		cmocka_unit_test(source_nul),
+		cmocka_unit_test(open_input),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
