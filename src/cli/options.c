@@ -243,6 +243,22 @@ int cli_run_args_finish(struct cli_run_args *a, const char *cmd)
 		return cli_usage_error(cmd, "--memory must be at least 64M");
 	if (a->opts.disk_bytes < (1ULL << 20))
 		return cli_usage_error(cmd, "--disk must be at least 1M");
+	/* Two -f with one base name: the second would silently replace the first. */
+	for (size_t i = 0; i < a->nfiles; i++)
+		for (size_t k = 0; k < i; k++) {
+			const char *x = a->files[i], *y = a->files[k];
+			size_t nx = strlen(x), ny = strlen(y);
+			while (nx > 1 && x[nx - 1] == '/')
+				nx--;
+			while (ny > 1 && y[ny - 1] == '/')
+				ny--;
+			const char *bx = memrchr(x, '/', nx), *by = memrchr(y, '/', ny);
+			bx = bx && nx > 1 ? bx + 1 : x;
+			by = by && ny > 1 ? by + 1 : y;
+			if (nx - (size_t)(bx - x) == ny - (size_t)(by - y) && !memcmp(bx, by, ny - (size_t)(by - y)))
+				return cli_usage_error(cmd, "-f %s and -f %s would both be /mnt/data/%.*s", y, x,
+						       (int)(ny - (size_t)(by - y)), by);
+		}
 	a->opts.files = a->files;
 	a->opts.file_count = a->nfiles;
 	a->opts.env = a->env;

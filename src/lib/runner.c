@@ -68,6 +68,19 @@ void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_r
 
 /* ---- options ---------------------------------------------------------------- */
 
+/* The name an input gets below /mnt/data: its last component. */
+static size_t run_input_name(const char *path, const char **name)
+{
+	size_t len = strlen(path);
+	const char *b;
+
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	b = memrchr(path, '/', len);
+	*name = b && len > 1 ? b + 1 : path;
+	return len - (size_t)(*name - path);
+}
+
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
 {
 	/* Version 1 lacks the pool, which run_pool() reads only from version 2. */
@@ -95,6 +108,16 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 	if (o->image && (!*o->image || strlen(o->image) > 255 ||
 			 strspn(o->image, RUN_IMAGE_CHARS) != strlen(o->image)))
 		return nbrun__err(ctx, NBRUN_EINVAL, "'%s' is not an image name", o->image);
+	/* Two inputs with one name: the second would replace the first. */
+	for (size_t i = 0; i < o->file_count; i++)
+		for (size_t k = 0; k < i; k++) {
+			const char *a, *b;
+			size_t na = run_input_name(o->files[i], &a), nb = run_input_name(o->files[k], &b);
+			if (na == nb && !memcmp(a, b, na))
+				return nbrun__err(ctx, NBRUN_EINVAL,
+						  "inputs %s and %s would both be /mnt/data/%.*s",
+						  o->files[k], o->files[i], (int)na, a);
+		}
 	for (size_t i = 0; i < o->env_count; i++) {
 		const char *eq = o->env[i] ? strchr(o->env[i], '=') : NULL;
 		if (!eq || eq == o->env[i])

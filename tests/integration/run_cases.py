@@ -415,6 +415,20 @@ def case_usage_errors():
         check(p.stderr.startswith("nbrun: error: "), "%r: stderr %r" % (args, p.stderr))
     p = subprocess.run([NBRUN, "run", "--help"], capture_output=True, text=True)
     check(p.returncode == 0 and "--timeout" in p.stdout, "run --help")
+    # Two -f inputs with one base name: the second would replace the first.
+    tmp = tempfile.mkdtemp()
+    for sub in ("a", "b"):
+        os.mkdir(os.path.join(tmp, sub))
+        with open(os.path.join(tmp, sub, "data.csv"), "w") as f:
+            f.write(sub)
+    for cmd in ("run", "batch"):
+        p = subprocess.run([NBRUN, cmd, "-f", os.path.join(tmp, "a", "data.csv"), "-f",
+                            os.path.join(tmp, "b", "data.csv"), "-o", os.path.join(tmp, "o"),
+                            "-c" if cmd == "run" else "--json", "print(1)" if cmd == "run" else "x.ipynb"],
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2 and "would both be /mnt/data/data.csv" in p.stderr,
+              "%s: same -f name: exit %d %r" % (cmd, p.returncode, p.stderr))
+        check(not os.path.exists(os.path.join(tmp, "o")), "a run started")
     # Code after a NUL byte would be dropped: refused whole, saying where.
     tmp = tempfile.mkdtemp()
     with open(os.path.join(tmp, "n.py"), "wb") as f:

@@ -331,6 +331,32 @@ static void open_input(void **state)
 	rmdir(dir);
 }
 
+/* Two -f inputs with one base name: a usage error, not a silent replacement. */
+static void inputs_same_name(void **state)
+{
+	struct cli_run_args a;
+
+	(void)state;
+	assert_int_equal(cli_run_args_init(&a, 4), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "a/data.csv", "run"), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "b/data.csv", "run"), 0);
+	assert_int_equal(cli_run_args_finish(&a, "run"), CLI_EXIT_USAGE);
+	cli_run_args_free(&a);
+
+	assert_int_equal(cli_run_args_init(&a, 4), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "dir/", "run"), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "/elsewhere/dir", "run"), 0);
+	assert_int_equal(cli_run_args_finish(&a, "run"), CLI_EXIT_USAGE);
+	cli_run_args_free(&a);
+
+	assert_int_equal(cli_run_args_init(&a, 4), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "a/data.csv", "run"), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "a/data.csv.bak", "run"), 0);
+	assert_int_equal(cli_run_option(&a, 'f', "data", "run"), 0);
+	assert_int_equal(cli_run_args_finish(&a, "run"), 0);
+	cli_run_args_free(&a);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +372,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(run_options_cross_checks),
 		cmocka_unit_test(source_nul),
 		cmocka_unit_test(open_input),
+		cmocka_unit_test(inputs_same_name),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
