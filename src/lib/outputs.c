@@ -427,11 +427,150 @@ static json_t *op_image_b64(struct op *o, const struct img_type *t, const json_t
 	return op_image_written(o, path, t->mime, cell, size);
 }
 
+/* ---- SVG: an XML document whose root element is svg ----------------------------- */
+
+#define SVG_HEAD 65536
+#define SVG_TAIL 4096
+
+static bool svg_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static bool svg_name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+	       c == ':' || c == '.' || c == '-' || (unsigned char)c >= 0x80;
+}
+
+/*
+ * Why head..tail is not an SVG document, or NULL when it is one: after the
+ * prolog (BOM, XML declaration, processing instructions, comments, a
+ * DOCTYPE with its internal subset) the root element must be svg (with any
+ * namespace prefix), and the text must end with that element's end (or the
+ * root closes itself), comments and whitespace aside. root gets its name.
+ */
+static const char *svg_reject_reason(const char *s, size_t n, const char *tail, size_t tn,
+				     bool whole, char root[64])
+{
+	const char *p = s, *end = s + n, *name, *q;
+	size_t len;
+	bool self_closed = false;
+
+	root[0] = '\0';
+	if (n >= 3 && !memcmp(p, "\xef\xbb\xbf", 3))
+		p += 3;
+	for (;;) {
+		while (p < end && svg_space(*p))
+			p++;
+		if (end - p >= 2 && !memcmp(p, "<?", 2)) {
+			q = memmem(p, (size_t)(end - p), "?>", 2);
+			if (!q)
+				return "not XML";
+			p = q + 2;
+		} else if (end - p >= 4 && !memcmp(p, "<!--", 4)) {
+			q = memmem(p + 4, (size_t)(end - p - 4), "-->", 3);
+			if (!q)
+				return "not XML";
+			p = q + 3;
+		} else if (end - p >= 9 && !memcmp(p, "<!DOCTYPE", 9)) {
+			const char *gt = memchr(p, '>', (size_t)(end - p));
+			const char *br = memchr(p, '[', (size_t)(end - p));
+			if (br && (!gt || br < gt)) {
+				q = memmem(br, (size_t)(end - br), "]", 1);
+				gt = q ? memchr(q, '>', (size_t)(end - q)) : NULL;
+			}
+			if (!gt)
+				return "not XML";
+			p = gt + 1;
+		} else {
+			break;
+		}
+	}
+	if (p >= end || *p != '<')
+		return "not XML";
+	name = ++p;
+	while (p < end && svg_name_char(*p))
+		p++;
+	len = (size_t)(p - name);
+	snprintf(root, 64, "%.*s", (int)(len < 63 ? len : 63), name);
+	if (!len || (p < end && !svg_space(*p) && *p != '>' && *p != '/'))
+		return "not XML";
+	q = memrchr(name, ':', len);
+	q = q ? q + 1 : name;
+	if ((size_t)(name + len - q) != 3 || memcmp(q, "svg", 3))
+		return "root";
+	/* a root that closes itself: "<svg ... />" */
+	q = memchr(p, '>', (size_t)(end - p));
+	self_closed = q && q > p && q[-1] == '/';
+	if (!whole && self_closed)
+		return NULL;
+	/* the end: "</NAME>" last, comments and whitespace aside */
+	while (tn && svg_space(tail[tn - 1]))
+		tn--;
+	while (tn >= 3 && !memcmp(tail + tn - 3, "-->", 3)) {
+		const char *c = NULL;
+		for (const char *x = tail; x + 4 <= tail + tn; x++)
+			if (!memcmp(x, "<!--", 4))
+				c = x;
+		if (!c)
+			break;
+		tn = (size_t)(c - tail);
+		while (tn && svg_space(tail[tn - 1]))
+			tn--;
+	}
+	if (self_closed && whole && tn == (size_t)(q + 1 - tail) && tail == s)
+		return NULL;
+	if (!tn || tail[tn - 1] != '>')
+		return "not XML";
+	tn--;
+	while (tn && svg_space(tail[tn - 1]))
+		tn--;
+	if (tn < len + 2 || memcmp(tail + tn - len, name, len) || memcmp(tail + tn - len - 2, "</", 2))
+		return "not XML";
+	return NULL;
+}
+
+/* The first SVG_HEAD and last SVG_TAIL bytes of a text value, for the check. */
+static const char *svg_check(const json_t *v, char root[64])
+{
+	static __thread char head[SVG_HEAD], tail[SVG_TAIL];
+	size_t hn = 0, tn = 0, i;
+	bool whole = true;
+
+	for (i = 0; json_is_string(v) ? i < 1 : i < json_array_size(v); i++) {
+		const json_t *piece = json_is_string(v) ? v : json_array_get(v, i);
+		const char *s = json_string_value(piece);
+		size_t n = json_string_length(piece), take;
+
+		if (!s)
+			continue;
+		take = n < SVG_HEAD - hn ? n : SVG_HEAD - hn;
+		memcpy(head + hn, s, take);
+		hn += take;
+		if (take < n)
+			whole = false;
+		if (n >= SVG_TAIL) {
+			memcpy(tail, s + n - SVG_TAIL, SVG_TAIL);
+			tn = SVG_TAIL;
+		} else {
+			size_t keep = tn + n > SVG_TAIL ? SVG_TAIL - n : tn;
+			memmove(tail, tail + tn - keep, keep);
+			memcpy(tail + keep, s, n);
+			tn = keep + n;
+		}
+	}
+	if (whole)
+		return svg_reject_reason(head, hn, head, hn, true, root);
+	return svg_reject_reason(head, hn, tail, tn, false, root);
+}
+
 /* SVG is text: written as it is (no escapes to strip in a file), bounded by the image cap. */
 static json_t *op_image_svg(struct op *o, const json_t *v, size_t cell, unsigned int k)
 {
-	char name[64], path[80], reason[192];
+	char name[64], path[80], reason[192], root[64];
 	uint64_t size = 0;
+	const char *bad;
 	size_t i;
 	json_t *e;
 	int fd, rc = 0;
@@ -450,6 +589,19 @@ static json_t *op_image_svg(struct op *o, const json_t *v, size_t cell, unsigned
 		snprintf(reason, sizeof(reason), "image is %" PRIu64 " bytes, over the limit of %" PRIu64,
 			 size, o->lim->max_image_bytes);
 		return op_image_skipped(o, path, size, reason, true);
+	}
+	/* Image bytes must match their type: a <script> alone is no SVG. */
+	bad = svg_check(v, root);
+	if (bad) {
+		for (char *c = root; *c; c++)
+			if ((unsigned char)*c >= 0x80)
+				*c = '?';
+		if (!strcmp(bad, "root"))
+			snprintf(reason, sizeof(reason), "image/svg+xml data is not SVG (its root element is %.40s)",
+				 root);
+		else
+			snprintf(reason, sizeof(reason), "image/svg+xml data is not SVG (%s)", bad);
+		return op_image_skipped(o, path, size, reason, false);
 	}
 	if (o->out_dirfd < 0)
 		return json_pack("{s:I}", "bytes", (json_int_t)size);

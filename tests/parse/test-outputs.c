@@ -293,6 +293,35 @@ static void test_images_rejected(void **state)
 	assert_null(json_object_get(json_object_get(data, "image/png"), "path"));
 }
 
+/* image/svg+xml must be SVG: an XML document whose root element is svg. */
+static void test_svg_checked(void **state)
+{
+	struct fixture *f = *state;
+	json_t *sk;
+
+	assert_int_equal(parse(f, NB(CODE(
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": \"<script>alert(1)</script>\"}},"
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": \"<svg><script>x</script>\"}},"
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": \"just text\"}},"
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": \"<svgx></svgx>\"}},"
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": [\"\\ufeff<?xml version=\\\"1.0\\\"?>\\n<!-- c -->\\n"
+		"<!DOCTYPE svg PUBLIC \\\"-//W3C//DTD SVG 1.1//EN\\\" \\\"x.dtd\\\" [<!ENTITY a \\\"b\\\">]>\\n<svg xmlns=\\\"http://www.w3.org/2000/svg\\\">\", "
+		"\"<rect/></svg>\\n<!-- end -->\\n\"]}},"
+		"{\"output_type\": \"display_data\", \"data\": {\"image/svg+xml\": \"<s:svg xmlns:s=\\\"u\\\"/>\"}}")), f->dirfd), 0);
+	sk = get(f, "skipped");
+	assert_int_equal(json_array_size(sk), 4);
+	assert_string_equal(getstr(json_array_get(sk, 0), "reason"),
+			    "image/svg+xml data is not SVG (its root element is script)");
+	assert_string_equal(getstr(json_array_get(sk, 1), "reason"), "image/svg+xml data is not SVG (not XML)");
+	assert_string_equal(getstr(json_array_get(sk, 2), "reason"), "image/svg+xml data is not SVG (not XML)");
+	assert_string_equal(getstr(json_array_get(sk, 3), "reason"),
+			    "image/svg+xml data is not SVG (its root element is svgx)");
+	assert_int_equal(json_array_size(get(f, "images")), 2);
+	assert_string_equal(getstr(json_array_get(get(f, "images"), 0), "path"), "images/cell0-5.svg");
+	assert_string_equal(getstr(json_array_get(get(f, "images"), 1), "path"), "images/cell0-6.svg");
+	assert_int_equal(count_dir(f->dirfd, "images"), 2);
+}
+
 static void test_images_capped_and_not_written(void **state)
 {
 	struct fixture *f = *state;
@@ -526,6 +555,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_limits_truncate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_odd_shapes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_svg_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_file, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
