@@ -142,6 +142,7 @@ json_t *mcp_tools_list(const struct serve *s, const char *version)
 		}
 		json_array_append_new(list, e);
 	}
+	mcp_session_tools_list(list, s);
 	return out;
 }
 
@@ -151,7 +152,7 @@ json_t *mcp_tools_list(const struct serve *s, const char *version)
  * Wrong arguments: since 2025-11-25 a tool execution error the model can
  * read and correct (SEP-1303); before, -32602.
  */
-static json_t *tool_arg_error(struct mcp_call_ctx *cc, int *code, char *msg, size_t msglen,
+json_t *mcp_tool_arg_error(struct mcp_call_ctx *cc, int *code, char *msg, size_t msglen,
 			      const char *text)
 {
 	if (mcp_version_since(cc->version, "2025-11-25"))
@@ -234,7 +235,7 @@ bad:
 
 /* ---- results --------------------------------------------------------------------------- */
 
-static const char *mime_of(const char *name)
+const char *mcp_mime_of(const char *name)
 {
 	static const char *const map[][2] = {
 		{ ".csv", "text/csv" },          { ".tsv", "text/tab-separated-values" },
@@ -315,15 +316,11 @@ static json_t *resource_contents(const char *uri, const char *mime, const char *
 	return r;
 }
 
-struct budget {
-	size_t images; /* bytes of image blocks left */
-	size_t embed;  /* bytes of embedded resources left */
-};
 
 /* A file or a non-raster image: embedded when small, else a link for resources/read. */
-static void add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
+void mcp_add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
 			 const char *run_id, const char *rel, const char *name, const char *mime,
-			 json_int_t bytes, struct budget *b)
+			 json_int_t bytes, struct mcp_budget *b)
 {
 	char *uri = resource_uri(run_id, rel), *data = NULL, *note = NULL;
 	size_t len = 0;
@@ -355,7 +352,7 @@ out:
 }
 
 static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
-		      const char *run_id, json_t *img, struct budget *b)
+		      const char *run_id, json_t *img, struct mcp_budget *b)
 {
 	const char *path = json_string_value(json_object_get(img, "path"));
 	const char *mime = json_string_value(json_object_get(img, "mime"));
@@ -367,7 +364,7 @@ static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd
 		return;
 	/* Raster images are image blocks; SVG and PDF go as resources. */
 	if (strcmp(mime, "image/png") && strcmp(mime, "image/jpeg") && strcmp(mime, "image/gif")) {
-		add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
+		mcp_add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
 		return;
 	}
 	if (bytes >= 0 && (uint64_t)bytes <= MCP_IMAGE_ONE && (size_t)bytes <= b->images &&
@@ -377,7 +374,7 @@ static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd
 							  b64, "mimeType", mime));
 		b->images -= len;
 	} else {
-		add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
+		mcp_add_resource(content, cc, run_fd, run_id, path, path, mime, bytes, b);
 	}
 	free(b64);
 	free(data);
@@ -467,10 +464,10 @@ static void strip_refs(json_t *doc)
 		}
 }
 
-static json_t *result_of(const struct mcp_call_ctx *cc, json_t *doc)
+json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *dir_id)
 {
-	struct budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
-	const char *run_id = json_string_value(json_object_get(doc, "run_id"));
+	struct mcp_budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
+	const char *run_id = dir_id ? dir_id : json_string_value(json_object_get(doc, "run_id"));
 	const char *status = json_string_value(json_object_get(doc, "status"));
 	json_t *content = json_array(), *e, *out = NULL;
 	char *summary = summary_of(doc);
@@ -487,7 +484,7 @@ static json_t *result_of(const struct mcp_call_ctx *cc, json_t *doc)
 		json_array_foreach(json_object_get(doc, "files"), i, e) {
 			const char *p = json_string_value(json_object_get(e, "path"));
 			if (p && !strncmp(p, "files/", 6))
-				add_resource(content, cc, run_fd, run_id, p, p + 6, mime_of(p),
+				mcp_add_resource(content, cc, run_fd, run_id, p, p + 6, mcp_mime_of(p),
 					     json_integer_value(json_object_get(e, "bytes")), &b);
 		}
 	}
@@ -533,6 +530,8 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 	const struct tool *t = NULL;
 	char why[512], tmp_root[4096], *text = NULL;
 
+	if (name && !strncmp(name, "session_", 8))
+		return mcp_session_tool(cc, name, args, code, msg, msglen);
 	for (size_t i = 0; name && i < sizeof(tools) / sizeof(tools[0]); i++)
 		if (!strcmp(tools[i].name, name))
 			t = &tools[i];
@@ -553,7 +552,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 	body = args ? tool_body(t, args, why, sizeof(why)) : NULL;
 	json_decref(args);
 	if (!body)
-		return tool_arg_error(cc, code, msg, msglen, why);
+		return mcp_tool_arg_error(cc, code, msg, msglen, why);
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!text) {
@@ -566,7 +565,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		snprintf(why, sizeof(why), "%s: %s", t->name,
 			 json_string_value(json_object_get(reply.body, "error")) ?: "bad arguments");
 		if (reply.status == 400)
-			out = tool_arg_error(cc, code, msg, msglen, why);
+			out = mcp_tool_arg_error(cc, code, msg, msglen, why);
 		else
 			snprintf(msg, msglen, "%s", why);
 		json_decref(reply.body);
@@ -583,7 +582,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 			t->name);
 		*code = 0;
 	} else if (reply.status == 200) {
-		out = result_of(cc, reply.body);
+		out = mcp_result_of(cc, reply.body, NULL);
 		if (!out)
 			snprintf(msg, msglen, "out of memory");
 	} else {
@@ -664,7 +663,7 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 			 MCP_RESOURCE_MAX >> 20, uri);
 		return NULL;
 	}
-	r = resource_contents(uri, mime_of(rel), data, len);
+	r = resource_contents(uri, mcp_mime_of(rel), data, len);
 	free(data);
 	if (r)
 		out = json_pack("{s:[o]}", "contents", r);

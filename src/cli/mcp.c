@@ -29,6 +29,7 @@ struct mcp_call {
 	struct mcp_session *sess;
 	json_t *id;
 	volatile sig_atomic_t cancel;
+	struct nbrun_session *interrupt; /* a session execution to interrupt on cancel */
 	struct mcp_call *next;
 };
 
@@ -38,6 +39,7 @@ struct mcp_server {
 	struct mcp_session *sessions;
 	unsigned int nsessions;
 	struct mcp_call *calls;
+	struct mcp_boxes *boxes;
 };
 
 bool mcp_version_known(const char *v)
@@ -66,6 +68,11 @@ struct mcp_server *mcp_server_new(struct serve *s)
 	if (!m)
 		return NULL;
 	m->s = s;
+	m->boxes = mcp_boxes_new();
+	if (!m->boxes) {
+		free(m);
+		return NULL;
+	}
 	pthread_mutex_init(&m->lock, NULL);
 	return m;
 }
@@ -76,6 +83,7 @@ void mcp_server_free(struct mcp_server *m)
 
 	if (!m)
 		return;
+	mcp_boxes_free(m->boxes);
 	for (sess = m->sessions; sess; sess = next) {
 		next = sess->next;
 		free(sess);
@@ -89,9 +97,23 @@ void mcp_server_cancel_all(struct mcp_server *m)
 	if (!m)
 		return;
 	pthread_mutex_lock(&m->lock);
-	for (struct mcp_call *c = m->calls; c; c = c->next)
+	for (struct mcp_call *c = m->calls; c; c = c->next) {
 		c->cancel = 1;
+		if (c->interrupt)
+			nbrun_session_interrupt(c->interrupt);
+	}
 	pthread_mutex_unlock(&m->lock);
+}
+
+void mcp_call_interrupts(struct mcp_call_ctx *cc, struct nbrun_session *ss)
+{
+	struct mcp_call *call = cc->call;
+
+	pthread_mutex_lock(&cc->m->lock);
+	call->interrupt = ss;
+	if (ss && call->cancel)
+		nbrun_session_interrupt(ss);
+	pthread_mutex_unlock(&cc->m->lock);
 }
 
 /* ---- sessions ------------------------------------------------------------------------ */
@@ -183,6 +205,7 @@ void mcp_session_close(struct mcp_server *m, struct mcp_session *sess)
 		mcp_session_put(sess);
 	}
 	pthread_mutex_unlock(&m->lock);
+	mcp_boxes_close_owner(m->boxes, sess->id);
 }
 
 const char *mcp_session_id(const struct mcp_session *sess)
@@ -269,15 +292,18 @@ static void mcp_cancel(struct mcp_server *m, struct mcp_session *sess, json_t *p
 		return;
 	pthread_mutex_lock(&m->lock);
 	for (struct mcp_call *c = m->calls; c; c = c->next)
-		if (c->sess == sess && json_equal(c->id, rid))
+		if (c->sess == sess && json_equal(c->id, rid)) {
 			c->cancel = 1;
+			if (c->interrupt)
+				nbrun_session_interrupt(c->interrupt);
+		}
 	pthread_mutex_unlock(&m->lock);
 }
 
 static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *id,
 			const char *method, json_t *params, mcp_notify_fn notify, void *payload)
 {
-	struct mcp_call call = { sess, id, 0, NULL };
+	struct mcp_call call = { sess, id, 0, NULL, NULL };
 	struct mcp_call_ctx cc;
 	json_t *meta = json_object_get(params, "_meta"), *result, *reply;
 	char msg[512] = "";
@@ -294,6 +320,10 @@ static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *
 		cc.progress_token = NULL;
 	cc.notify = notify;
 	cc.payload = payload;
+	cc.m = m;
+	cc.call = &call;
+	cc.boxes = m->boxes;
+	cc.owner = sess->id;
 	pthread_mutex_lock(&m->lock);
 	call.next = m->calls;
 	m->calls = &call;

@@ -91,6 +91,10 @@ struct mcp_call_ctx {
 	mcp_notify_fn notify;
 	void *payload;
 	unsigned int progress;               /* notifications sent */
+	struct mcp_server *m;
+	void *call;                          /* the running request (mcp.c) */
+	struct mcp_boxes *boxes;             /* the server's sessions */
+	const char *owner;                   /* the MCP session's id */
 };
 /* True when version v is at least the revision "YYYY-MM-DD" since. */
 bool mcp_version_since(const char *v, const char *since);
@@ -105,6 +109,37 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 /* resources/read of a nbrun://runs/ID/PATH uri; as mcp_tools_call. */
 json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, char *msg,
 			   size_t msglen);
+
+/* What a tool result may still inline. */
+struct mcp_budget {
+	size_t images; /* bytes of image blocks left */
+	size_t embed;  /* bytes of embedded resources left */
+};
+/* Wrong arguments: a tool error (2025-11-25) or -32602 (before). */
+json_t *mcp_tool_arg_error(struct mcp_call_ctx *cc, int *code, char *msg, size_t msglen,
+			   const char *text);
+/* A CallToolResult from a result document whose outputs are in runs/DIR_ID (NULL: its run_id). */
+json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *dir_id);
+/* A file below run_fd as an embedded resource (small) or a resource link. */
+void mcp_add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
+		      const char *run_id, const char *rel, const char *name, const char *mime,
+		      json_int_t bytes, struct mcp_budget *b);
+const char *mcp_mime_of(const char *name);
+
+/* mcp-sessions.c: the stateful tools on the library's nbrun_session_*. */
+#define MCP_BOXES_MAX 8
+#define MCP_BOX_IDLE_MS (30u * 60u * 1000u)
+struct mcp_boxes;
+struct mcp_boxes *mcp_boxes_new(void);
+/* Closes every session left (their sandboxes are removed). */
+void mcp_boxes_free(struct mcp_boxes *b);
+/* Close the sessions an MCP session opened. */
+void mcp_boxes_close_owner(struct mcp_boxes *b, const char *owner);
+void mcp_session_tools_list(json_t *list, const struct serve *s);
+json_t *mcp_session_tool(struct mcp_call_ctx *cc, const char *name, json_t *args, int *code,
+			 char *msg, size_t msglen);
+/* mcp.c: what notifications/cancelled does besides raising the flag (NULL: nothing more). */
+void mcp_call_interrupts(struct mcp_call_ctx *cc, struct nbrun_session *ss);
 
 /* mcp-http.c: the Streamable HTTP transport at /mcp of nbrun serve. */
 struct MHD_Connection;

@@ -67,7 +67,8 @@ print("chart done")
 async function exercise(client, transportName) {
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name);
-  check(names.includes('run_python') && names.includes('run_notebook'),
+  check(names.includes('run_python') && names.includes('run_notebook') &&
+    ['session_open', 'session_execute', 'session_upload', 'session_download', 'session_close'].every((n) => names.includes(n)),
     `${transportName}: tools/list has run_python and run_notebook (${names.join(', ')})`);
   const rp = tools.find((t) => t.name === 'run_python');
   check(rp && rp.outputSchema && rp.outputSchema.type === 'object' && rp.inputSchema.required.includes('code'),
@@ -114,6 +115,25 @@ async function exercise(client, transportName) {
   const bad = await client.callTool({ name: 'run_python', arguments: { code: 42 } });
   check(bad.isError === true && bad.content[0].text.includes("'code' must be a string"),
     `${transportName}: a wrong argument type is a tool error that says what is wrong`);
+
+  // A 3-call session: state kept between calls, then closed.
+  const opened = await client.callTool({ name: 'session_open', arguments: {} }, undefined, { timeout: 240000 });
+  const sid = opened.structuredContent && opened.structuredContent.session_id;
+  check(opened.isError === false && typeof sid === 'string', `${transportName}: session_open gives a session_id`);
+  const s1 = await client.callTool({ name: 'session_execute',
+    arguments: { session_id: sid, code: 'x = 40\nwith open("/mnt/data/kept.txt", "w") as f:\n    f.write("kept")' } },
+  undefined, { timeout: 240000 });
+  const s2 = await client.callTool({ name: 'session_execute',
+    arguments: { session_id: sid, code: 'print(open("/mnt/data/kept.txt").read())\nx + 2' } },
+  undefined, { timeout: 240000 });
+  const s2t = s2.content.find((c) => c.type === 'text');
+  check(s1.isError === false && s2.isError === false && s2t && s2t.text.includes('42') &&
+    s2t.text.includes('kept') && s2.structuredContent.status === 'ok',
+    `${transportName}: session_execute keeps variables and files between calls`);
+  const closed = await client.callTool({ name: 'session_close', arguments: { session_id: sid } });
+  const after = await client.callTool({ name: 'session_execute', arguments: { session_id: sid, code: '1' } });
+  check(closed.isError === false && after.isError === true,
+    `${transportName}: session_close ends it; the id no longer works`);
 
   // Cancel a long cell: the SDK sends notifications/cancelled; the run must stop.
   const ac = new AbortController();

@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+/* The MCP server's stateful tools: session_open/execute/upload/download/close on nbrun_session_*. */
+#include <b64/cdecode.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "mcp.h"
+
+/* A session of the library, owned by the MCP session that opened it. */
+struct mcp_box {
+	struct nbrun_session *ss; /* NULL: a free slot */
+	char id[32];
+	char owner[33];
+	bool busy;                /* a call uses it (one at a time) */
+	uint64_t used;
+};
+
+struct mcp_boxes {
+	pthread_mutex_t lock;
+	struct mcp_box box[MCP_BOXES_MAX];
+};
+
+struct mcp_boxes *mcp_boxes_new(void)
+{
+	struct mcp_boxes *b = calloc(1, sizeof(*b));
+
+	if (b)
+		pthread_mutex_init(&b->lock, NULL);
+	return b;
+}
+
+void mcp_boxes_free(struct mcp_boxes *b)
+{
+	if (!b)
+		return;
+	for (size_t i = 0; i < MCP_BOXES_MAX; i++)
+		nbrun_session_close(b->box[i].ss);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+/* Take out (under the lock) the sessions matching owner, or idle too long when owner is NULL; close them after. */
+static void mcp_boxes_reap(struct mcp_boxes *b, const char *owner)
+{
+	struct nbrun_session *gone[MCP_BOXES_MAX];
+	size_t n = 0;
+	uint64_t now = clock_mono_ms();
+
+	pthread_mutex_lock(&b->lock);
+	for (size_t i = 0; i < MCP_BOXES_MAX; i++) {
+		struct mcp_box *x = &b->box[i];
+		if (!x->ss || x->busy)
+			continue;
+		if (owner ? !strcmp(x->owner, owner) : now - x->used > MCP_BOX_IDLE_MS) {
+			gone[n++] = x->ss;
+			memset(x, 0, sizeof(*x));
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	for (size_t i = 0; i < n; i++)
+		nbrun_session_close(gone[i]);
+}
+
+void mcp_boxes_close_owner(struct mcp_boxes *b, const char *owner)
+{
+	mcp_boxes_reap(b, owner);
+}
+
+/* The caller's session by id, marked busy; NULL with a reason. */
+static struct mcp_box *mcp_box_take(struct mcp_call_ctx *cc, const char *id, char *why, size_t len)
+{
+	struct mcp_box *found = NULL;
+
+	pthread_mutex_lock(&cc->boxes->lock);
+	for (size_t i = 0; id && i < MCP_BOXES_MAX; i++) {
+		struct mcp_box *x = &cc->boxes->box[i];
+		if (x->ss && !strcmp(x->id, id) && !strcmp(x->owner, cc->owner))
+			found = x;
+	}
+	if (!found)
+		snprintf(why, len, "no open session '%.40s' (open one with session_open)", id ? id : "");
+	else if (found->busy)
+		snprintf(why, len, "session %s is running another call; wait for it", found->id);
+	else
+		found->busy = true;
+	pthread_mutex_unlock(&cc->boxes->lock);
+	return found && found->busy && why[0] == '\0' ? found : NULL;
+}
+
+static void mcp_box_give(struct mcp_call_ctx *cc, struct mcp_box *x)
+{
+	pthread_mutex_lock(&cc->boxes->lock);
+	x->busy = false;
+	x->used = clock_mono_ms();
+	pthread_mutex_unlock(&cc->boxes->lock);
+}
+
+static json_t *mcp_text_result(const char *text, bool error)
+{
+	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError",
+			 error);
+}
+
+/* ---- the tools ---------------------------------------------------------------------- */
+
+static const char files_items[] =
+	"{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"path\", "
+	"\"content_base64\"], \"properties\": {\"path\": {\"type\": \"string\", \"description\": "
+	"\"Path below /mnt/data, e.g. data.csv or in/data.csv\"}, \"content_base64\": {\"type\": "
+	"\"string\"}}}";
+
+void mcp_session_tools_list(json_t *list, const struct serve *s)
+{
+	json_t *files = json_pack("{s:s, s:o, s:i}", "type", "array", "items",
+				  json_loads(files_items, 0, NULL), "maxItems", 1000);
+	json_t *sid = json_pack("{s:s, s:s}", "type", "string", "description",
+				"The id session_open returned");
+
+	json_array_append_new(list, json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:O}, s:b}}", "name", "session_open", "description",
+		"Open a stateful Python session: one locked-down sandbox whose kernel keeps variables, "
+		"imports and the files in /mnt/data/ across session_execute calls (unlike run_python, "
+		"where every call starts clean). Returns its session_id. Close it with session_close "
+		"when done; an idle session is closed after 30 minutes.",
+		"inputSchema", "type", "object", "properties", "files", files,
+		"additionalProperties", 0));
+	json_array_append_new(list, json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:O, s:{s:s}, s:{s:s, s:i}}, s:[s, s], s:b}}", "name",
+		"session_execute", "description",
+		"Run Python code in an open session's kernel: variables and files from earlier calls are "
+		"still there. Returns what run_python returns (text summary, images, files the code "
+		"created or changed under /mnt/data/, the structured result).",
+		"inputSchema", "type", "object", "properties", "session_id", sid, "code", "type",
+		"string", "timeout_s", "type", "number", "exclusiveMinimum", 0, "required", "session_id",
+		"code", "additionalProperties", 0));
+	json_array_append_new(list, json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:O, s:O}, s:[s, s], s:b}}", "name", "session_upload",
+		"description", "Write files into an open session's /mnt/data/.", "inputSchema", "type",
+		"object", "properties", "session_id", sid, "files", files, "required", "session_id",
+		"files", "additionalProperties", 0));
+	json_array_append_new(list, json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:O, s:{s:s}}, s:[s, s], s:b}}", "name", "session_download",
+		"description",
+		"Get a file from an open session's /mnt/data/ (embedded when small, else a resource "
+		"link to read with resources/read).",
+		"inputSchema", "type", "object", "properties", "session_id", sid, "path", "type",
+		"string", "required", "session_id", "path", "additionalProperties", 0));
+	json_array_append_new(list, json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:O}, s:[s], s:b}}", "name", "session_close", "description",
+		"Close a session: its sandbox, kernel and files are destroyed.", "inputSchema", "type",
+		"object", "properties", "session_id", sid, "required", "session_id",
+		"additionalProperties", 0));
+	json_decref(files);
+	json_decref(sid);
+	(void)s;
+}
+
+/* A fresh directory name below runs/ for one call's outputs (16 hex digits, a valid run id). */
+static int mcp_dir_id(char out[17])
+{
+	unsigned char raw[8];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return -1;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	return 0;
+}
+
+static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code, char *msg,
+				size_t msglen)
+{
+	struct serve_reply reply = { 0, NULL, 0 };
+	struct nbrun_run_options opts = cc->s->opts;
+	struct serve_request req;
+	struct nbrun_session *ss = NULL;
+	struct nbrun_ctx *ctx = NULL;
+	struct mcp_box *slot = NULL;
+	json_t *body, *out = NULL;
+	char tmp_root[4096], why[600], *text;
+	int rc;
+
+	mcp_boxes_reap(cc->boxes, NULL);
+	body = json_pack("{s:s}", "code", "");
+	if (json_object_get(args, "files"))
+		json_object_set(body, "files", json_object_get(args, "files"));
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
+	if (!text || serve_request_parse(&req, &reply, cc->s, text, strlen(text), tmp_root) < 0) {
+		snprintf(why, sizeof(why), "session_open: %s",
+			 json_string_value(json_object_get(reply.body, "error")) ?: "out of memory");
+		json_decref(reply.body);
+		free(text);
+		return mcp_tool_arg_error(cc, code, msg, msglen, why);
+	}
+	free(text);
+	pthread_mutex_lock(&cc->boxes->lock);
+	for (size_t i = 0; i < MCP_BOXES_MAX && !slot; i++)
+		if (!cc->boxes->box[i].ss && !cc->boxes->box[i].busy)
+			slot = &cc->boxes->box[i];
+	if (slot)
+		slot->busy = true; /* reserved while the sandbox starts */
+	pthread_mutex_unlock(&cc->boxes->lock);
+	if (!slot) {
+		serve_request_free(&req);
+		snprintf(why, sizeof(why), "%d sessions are open, the most this server keeps: close one "
+			 "with session_close", MCP_BOXES_MAX);
+		return mcp_text_result(why, true);
+	}
+	opts.files = (const char *const *)req.files;
+	opts.file_count = req.file_count;
+	opts.pool = cc->s->pool;
+	opts.cancel = cc->cancel;
+	rc = nbrun_ctx_new(&ctx) < 0 ? NBRUN_ENOMEM : nbrun_session_open(&ss, ctx, &opts);
+	serve_request_free(&req);
+	pthread_mutex_lock(&cc->boxes->lock);
+	slot->busy = false;
+	if (rc == 0) {
+		slot->ss = ss;
+		snprintf(slot->id, sizeof(slot->id), "%s", nbrun_session_id(ss));
+		snprintf(slot->owner, sizeof(slot->owner), "%s", cc->owner);
+		slot->used = clock_mono_ms();
+	}
+	pthread_mutex_unlock(&cc->boxes->lock);
+	if (*cc->cancel) {
+		*code = 0;
+	} else if (rc == 0) {
+		snprintf(why, sizeof(why), "session_id: %s\nA Python kernel is ready; run code in it "
+			 "with session_execute.", nbrun_session_id(ss));
+		out = mcp_text_result(why, false);
+		json_object_set_new(out, "structuredContent",
+				    json_pack("{s:s}", "session_id", nbrun_session_id(ss)));
+	} else {
+		snprintf(why, sizeof(why), "nbrun could not open a session: %s", nbrun_ctx_errmsg(ctx));
+		out = mcp_text_result(why, true);
+	}
+	nbrun_ctx_free(ctx);
+	return out;
+}
+
+static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+				   int *code, char *msg, size_t msglen)
+{
+	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
+	const char *src = json_string_value(json_object_get(args, "code"));
+	json_t *t = json_object_get(args, "timeout_s"), *doc = NULL, *out = NULL;
+	struct nbrun_result *res = NULL;
+	char dir_id[17], *out_dir = NULL, *text = NULL, why[600];
+	int rc;
+
+	if (!src || (t && (!json_is_number(t) || !(json_number_value(t) > 0))))
+		return mcp_tool_arg_error(cc, code, msg, msglen,
+					  "session_execute: want 'code' (a string) and maybe 'timeout_s' "
+					  "(a positive number)");
+	eo.timeout_ms = cc->s->opts.timeout_ms;
+	if (t && json_number_value(t) * 1000 < (double)eo.timeout_ms)
+		eo.timeout_ms = (uint64_t)(json_number_value(t) * 1000) + 1;
+	eo.limits = cc->s->opts.limits;
+	eo.max_file_bytes = cc->s->opts.max_file_bytes;
+	eo.max_files = cc->s->opts.max_files;
+	if (mcp_dir_id(dir_id) < 0 || asprintf(&out_dir, "%s/%s", cc->s->runs_dir, dir_id) < 0) {
+		out_dir = NULL;
+		snprintf(msg, msglen, "out of memory");
+		*code = MCP_INTERNAL_ERROR;
+		return NULL;
+	}
+	eo.out_dir = out_dir;
+	mcp_call_interrupts(cc, x->ss);
+	rc = nbrun_session_execute(&res, x->ss, src, &eo);
+	mcp_call_interrupts(cc, NULL);
+	if (*cc->cancel) {
+		fprintf(stderr, "nbrun: mcp: session_execute cancelled: its cell was interrupted\n");
+		*code = 0;
+	} else if (rc < 0) {
+		snprintf(why, sizeof(why), "the session could not run it: %s%s",
+			 nbrun_session_errmsg(x->ss),
+			 rc == NBRUN_EENGINE ? " (its sandbox is gone: close it and open a new one)" : "");
+		out = mcp_text_result(why, true);
+	} else if (nbrun_result_to_json(&text, res, 0) == 0 && (doc = json_loads(text, 0, NULL))) {
+		out = mcp_result_of(cc, doc, dir_id);
+	}
+	if (!out && *code) {
+		*code = MCP_INTERNAL_ERROR;
+		snprintf(msg, msglen, "out of memory");
+	}
+	json_decref(doc);
+	nbrun_result_free(res);
+	free(text);
+	free(out_dir);
+	return out;
+}
+
+static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+				  int *code, char *msg, size_t msglen)
+{
+	json_t *files = json_object_get(args, "files"), *f;
+	char why[600];
+	size_t i;
+
+	if (!json_is_array(files))
+		return mcp_tool_arg_error(cc, code, msg, msglen,
+					  "session_upload: 'files' must be a list of {path, content_base64}");
+	json_array_foreach(files, i, f) {
+		const char *path = json_string_value(json_object_get(f, "path"));
+		const char *b64 = json_string_value(json_object_get(f, "content_base64"));
+		size_t len = b64 ? json_string_length(json_object_get(f, "content_base64")) : 0;
+		base64_decodestate st;
+		char *data;
+		int n, rc;
+
+		if (!path || !b64 || len > MCP_MESSAGE_MAX)
+			return mcp_tool_arg_error(cc, code, msg, msglen,
+						  "session_upload: each file wants 'path' and 'content_base64' strings");
+		data = malloc(len / 4 * 3 + 4);
+		if (!data) {
+			*code = MCP_INTERNAL_ERROR;
+			snprintf(msg, msglen, "out of memory");
+			return NULL;
+		}
+		base64_init_decodestate(&st);
+		n = base64_decode_block(b64, (int)len, data, &st);
+		rc = nbrun_session_put_file(x->ss, path, data, (size_t)n);
+		free(data);
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "session_upload: %.200s: %s", path,
+				 nbrun_session_errmsg(x->ss));
+			return mcp_text_result(why, true);
+		}
+	}
+	snprintf(why, sizeof(why), "%zu file(s) written under /mnt/data/", json_array_size(files));
+	return mcp_text_result(why, false);
+}
+
+static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+				    int *code, char *msg, size_t msglen)
+{
+	const char *path = json_string_value(json_object_get(args, "path"));
+	const char *base;
+	struct mcp_budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
+	char dir_id[17], rel[300], why[600];
+	json_t *content = NULL, *out = NULL;
+	int dfd = -1, fd = -1, rc;
+	struct stat st;
+
+	if (!path || !*path)
+		return mcp_tool_arg_error(cc, code, msg, msglen, "session_download: 'path' must be a string");
+	base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	if (!serve_name_safe(base, strlen(base)) || mcp_dir_id(dir_id) < 0 ||
+	    mkdirat(cc->s->runs_fd, dir_id, 0700) < 0 ||
+	    (dfd = openat(cc->s->runs_fd, dir_id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    mkdirat(dfd, "files", 0700) < 0) {
+		snprintf(why, sizeof(why), "session_download: cannot take '%.200s'", path);
+		out = mcp_text_result(why, true);
+		goto out;
+	}
+	snprintf(rel, sizeof(rel), "files/%s", base);
+	fd = openat(dfd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	rc = fd < 0 ? NBRUN_EIO : nbrun_session_get_file(x->ss, path, fd, MCP_RESOURCE_MAX);
+	if (rc < 0 || fstat(fd, &st) < 0) {
+		snprintf(why, sizeof(why), "session_download: %.200s: %s", path,
+			 rc == NBRUN_ENOTFOUND ? "no such file in /mnt/data" : nbrun_session_errmsg(x->ss));
+		out = mcp_text_result(why, true);
+		goto out;
+	}
+	content = json_array();
+	mcp_add_resource(content, cc, dfd, dir_id, rel, base, mcp_mime_of(base), (json_int_t)st.st_size, &b);
+	out = json_pack("{s:O, s:b}", "content", content, "isError", 0);
+out:
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	json_decref(content);
+	return out;
+}
+
+json_t *mcp_session_tool(struct mcp_call_ctx *cc, const char *name, json_t *args, int *code,
+			 char *msg, size_t msglen)
+{
+	const char *id;
+	struct mcp_box *x;
+	struct nbrun_session *ss;
+	char why[300] = "";
+	json_t *out;
+
+	if (args && !json_is_object(args)) {
+		*code = MCP_INVALID_PARAMS;
+		snprintf(msg, msglen, "params.arguments must be an object");
+		return NULL;
+	}
+	if (!strcmp(name, "session_open"))
+		return mcp_session_open(cc, args, code, msg, msglen);
+	if (strcmp(name, "session_execute") && strcmp(name, "session_upload") &&
+	    strcmp(name, "session_download") && strcmp(name, "session_close")) {
+		*code = MCP_INVALID_PARAMS;
+		snprintf(msg, msglen, "unknown tool: %.128s", name);
+		return NULL;
+	}
+	id = json_string_value(json_object_get(args, "session_id"));
+	if (!id)
+		return mcp_tool_arg_error(cc, code, msg, msglen, "'session_id' must be a string");
+	x = mcp_box_take(cc, id, why, sizeof(why));
+	if (!x)
+		return mcp_text_result(why, true);
+	if (!strcmp(name, "session_close")) {
+		pthread_mutex_lock(&cc->boxes->lock);
+		ss = x->ss;
+		memset(x, 0, sizeof(*x));
+		pthread_mutex_unlock(&cc->boxes->lock);
+		nbrun_session_close(ss);
+		return mcp_text_result("closed: the sandbox and its files are gone", false);
+	}
+	if (!strcmp(name, "session_execute"))
+		out = mcp_session_execute(cc, x, args, code, msg, msglen);
+	else if (!strcmp(name, "session_upload"))
+		out = mcp_session_upload(cc, x, args, code, msg, msglen);
+	else
+		out = mcp_session_download(cc, x, args, code, msg, msglen);
+	mcp_box_give(cc, x);
+	return out;
+}
