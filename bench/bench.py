@@ -377,6 +377,8 @@ class Bench:
         argv = [self.nbrun, "run", "--json", "-q", "-o", out, "-c", wl["code"]]
         if wl["csv"]:
             argv += ["-f", self.csv_path]
+        if wl.get("language"):
+            argv += ["--language", wl["language"]]
         env = dict(self.env)
         if docker_host:
             env["DOCKER_HOST"] = docker_host
@@ -471,6 +473,29 @@ def section_cold(b, n):
                 if p.ok:
                     res[wl["key"]][who].append(p)
     tick_done()
+    return res
+
+
+# print(1) in each language the image runs (section langs).
+LANG_WORKLOADS = [
+    {"key": "lang-" + lang, "label": lang, "language": lang, "code": code, "csv": False}
+    for lang, code in (("python", "print(1)"), ("r", "cat(1)"), ("javascript", "console.log(1)"),
+                       ("typescript", "console.log(1)"), ("bash", "echo 1"))]
+
+
+def section_langs(b, n):
+    """Cold print(1)-equivalents per language, the languages alternating,
+    and the image's size."""
+    res = {"runs": {wl["label"]: [] for wl in LANG_WORKLOADS}}
+    for i in range(n):
+        for wl in LANG_WORKLOADS:
+            tick("%s %d/%d" % (wl["label"], i + 1, n))
+            p = b.nbrun_run(wl)
+            if p.ok:
+                res["runs"][wl["label"]].append(p)
+    tick_done()
+    size = sh([DOCKER, "image", "inspect", "-f", "{{.Size}}", b.args.image])
+    res["image_bytes"] = int(size) if size and size.strip().isdigit() else None
     return res
 
 
@@ -1286,7 +1311,7 @@ def main():
     ap.add_argument("--warm-pool", type=int, help="pool size of the warm server (4; quick 1)")
     ap.add_argument("--warm-sustained", type=int,
                     help="back-to-back print(1) requests at concurrency 1 and 2 (20; quick 2)")
-    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse")
+    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs")
     ap.add_argument("--wait-idle", type=float, default=0,
                     help="wait up to this many minutes for the 1-min load to fall below nproc/2")
     ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
@@ -1305,8 +1330,8 @@ def main():
     args.warm_runs = args.warm_runs or (1 if q else 20)
     args.warm_pool = args.warm_pool or (1 if q else 4)
     args.warm_sustained = args.warm_sustained or (2 if q else 20)
-    sections = set((args.only or "cold,phases,warm,batch,parse").split(","))
-    unknown = sections - {"cold", "phases", "warm", "batch", "parse"}
+    sections = set((args.only or "cold,phases,warm,batch,parse,langs").split(","))
+    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs"}
     if unknown:
         print("bench: error: --only: unknown section(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
         return 2
@@ -1343,7 +1368,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="nbrun-bench-")
     b = Bench(args, work)
-    cold = phases = warm = batch = parse = None
+    cold = phases = warm = batch = parse = langs = None
     t_all = time.monotonic()
     try:
         with LoadSampler() as sampler:
@@ -1357,6 +1382,8 @@ def main():
                 batch = section_batch(b, args.batch_size, args.batch_reps)
             if "parse" in sections:
                 parse = section_parse(b, args.parse_mb, args.parse_runs)
+            if "langs" in sections:
+                langs = section_langs(b, 1 if q else 5)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -1406,6 +1433,20 @@ def main():
         notes.append("the build failed; an older nbrun binary was measured")
     out.append("percentiles interpolate between ranks: with n=%d, p99 is close to max" % args.runs)
     out.append("")
+
+    # ---- languages
+    if langs:
+        out.append("== languages: cold print(1)-equivalent, wall ms per run (nbrun run --language)")
+        rows = []
+        for wl in LANG_WORKLOADS:
+            d = dist([p.wall_ms for p in langs["runs"][wl["label"]]])
+            metric("langs.%s.cold.wall_ms" % wl["label"], d, "ms", "lower")
+            rows.append(dist_row(wl["label"], d))
+        out.append(table(["language", "n", "min", "p50", "p90", "p99", "max"], rows))
+        if langs["image_bytes"]:
+            metric("langs.image_bytes", langs["image_bytes"], "bytes", "lower")
+            out.append("image %s: %.2f GB" % (args.image, langs["image_bytes"] / 1e9))
+        out.append("")
 
     # ---- cold
     if cold:
