@@ -112,6 +112,7 @@ static const char *run_local_only(int opt)
 	case CLI_OPT_NETWORK: return "--network";
 	case CLI_OPT_IMAGE: return "--image";
 	case CLI_OPT_MAX_OUTPUT: return "--max-output";
+	case CLI_OPT_ALLOW_ERRORS: return "--allow-errors";
 	}
 	return NULL;
 }

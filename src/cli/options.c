@@ -161,7 +161,11 @@ const char cli_run_options_help[] =
 	"  --disk SIZE           size of /mnt/data (default 512M)\n"
 	"  --network MODE        none (default) or bridge\n"
 	"  --image NAME          runtime image (default jupyter-runtime:<version>)\n"
-	"  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n";
+	"  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n"
+	"Errors:\n"
+	"  --allow-errors        go on after a cell raises (nbconvert --allow-errors); by default\n"
+	"                        execution stops at the first cell that raises, as papermill\n"
+	"                        and Jupyter's Run All do, and the later cells stay unexecuted\n";
 
 int cli_run_args_init(struct cli_run_args *a, int argc)
 {
@@ -230,6 +234,9 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 		if (cli_parse_size(&u, arg) < 0)
 			return cli_usage_error(cmd, "--max-output: '%s' is not a positive size", arg);
 		o->limits.max_output = (size_t)u;
+		return 0;
+	case CLI_OPT_ALLOW_ERRORS:
+		o->allow_errors = 1;
 		return 0;
 	}
 	return 1;

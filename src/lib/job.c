@@ -103,6 +103,13 @@ static const char *job_exec_id(const struct nbrun__job *j)
 	return j->exec_id ? j->exec_id : "run";
 }
 
+/* A run stops at the first cell that raises (papermill, Jupyter's Run All)
+ * unless its options (version 5) allow errors; older callers go on. */
+static bool job_stops_on_error(const struct nbrun__job *j)
+{
+	return j->session || (j->opts->version >= 5 && !j->opts->allow_errors);
+}
+
 static int job_send_execute(struct nbrun__job *j, const char *notebook, size_t len)
 {
 	const struct nbrun_run_options *o = j->opts;
@@ -120,6 +127,11 @@ static int job_send_execute(struct nbrun__job *j, const char *notebook, size_t l
 	    (json_object_set_new(msg, "mark", json_true()) < 0 ||
 	     json_object_set_new(msg, "stop_on_error", json_true()) < 0 ||
 	     json_object_set_new(msg, "count_from", json_integer(j->count_from)) < 0)) {
+		json_decref(msg);
+		msg = NULL;
+	}
+	if (msg && !j->session && job_stops_on_error(j) &&
+	    json_object_set_new(msg, "stop_on_error", json_true()) < 0) {
 		json_decref(msg);
 		msg = NULL;
 	}
@@ -594,6 +606,56 @@ static int job_export_files(struct nbrun__job *j, bool use_channel)
 	return rc;
 }
 
+/* papermill's error markers (papermill/execute.py), so that a notebook that
+ * stopped at an error reads as papermill's would. */
+#define JOB_ERROR_TAG "papermill-error-cell-tag"
+#define JOB_ERROR_STYLE \
+	"style=\"color:red; font-family:Helvetica Neue, Helvetica, Arial, sans-serif; font-size:2em;\""
+
+static json_t *job_marker_cell(struct nbrun__job *j, const char *source)
+{
+	char id[16];
+
+	if (nbrun__random_id(j->ctx, id) < 0)
+		return NULL;
+	return json_pack("{s:s, s:s, s:{s:[s]}, s:s}", "cell_type", "markdown", "id", id, "metadata",
+			 "tags", JOB_ERROR_TAG, "source", source);
+}
+
+/*
+ * Execution stopped at a cell that raised: a marker cell at the top of the
+ * notebook links to an anchor cell just before that cell. Only in the
+ * written notebook: the result's cell numbers are those of the notebook run.
+ */
+static int job_error_markers(struct nbrun__job *j, json_t *nb)
+{
+	const json_t *err = json_object_get(j->result->doc, "error");
+	json_t *cells = json_object_get(nb, "cells"), *top, *anchor;
+	json_int_t at = json_integer_value(json_object_get(err, "cell"));
+	const json_t *count;
+	char msg[512], n[32];
+
+	if (j->session || !job_stops_on_error(j) || nbrun_result_status(j->result) != NBRUN_STATUS_ERROR ||
+	    !json_is_object(err) || at < 0 || (size_t)at >= json_array_size(cells))
+		return 0;
+	count = json_object_get(json_array_get(cells, (size_t)at), "execution_count");
+	if (json_is_integer(count))
+		snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT, json_integer_value(count));
+	else
+		snprintf(n, sizeof(n), "None");
+	snprintf(msg, sizeof(msg),
+		 "<span " JOB_ERROR_STYLE ">An Exception was encountered at '<a href=\"#papermill-error-cell\">In [%s]</a>'.</span>",
+		 n);
+	anchor = job_marker_cell(j, "<span id=\"papermill-error-cell\" " JOB_ERROR_STYLE
+				    ">Execution using papermill encountered an exception here and stopped:</span>");
+	if (!anchor || json_array_insert_new(cells, (size_t)at, anchor) < 0)
+		return nbrun__err(j->ctx, NBRUN_ENOMEM, "out of memory");
+	top = job_marker_cell(j, msg);
+	if (!top || json_array_insert_new(cells, 0, top) < 0)
+		return nbrun__err(j->ctx, NBRUN_ENOMEM, "out of memory");
+	return 0;
+}
+
 /* The executed notebook, as the agent's cells made it, kept in the output directory. */
 static int job_write_notebook(struct nbrun__job *j, const json_t *nb)
 {
@@ -650,14 +712,19 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 	job_progress(j, NBRUN_PHASE_PARSE);
 	got = e.done || e.bytes > 0;
 	if (got) {
-		rc = job_write_notebook(j, nb);
-		if (rc == 0)
-			rc = nbrun__outputs_parse(j->ctx, j->result, nb, j->out_fd, &j->lim);
+		int wrc;
+		rc = nbrun__outputs_parse(j->ctx, j->result, nb, j->out_fd, &j->lim);
 		if (rc == 0)
 			rc = job_reply_errors(j, &e);
 		if (rc == 0)
 			slow_cell = job_timed_out_cell(nb);
 		if (rc < 0)
+			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
+		/* written after the parse: the markers are not cells of the run */
+		wrc = job_error_markers(j, nb);
+		if (wrc == 0)
+			wrc = job_write_notebook(j, nb);
+		if (wrc < 0)
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
 	}
 	/* Files after the notebook: the parser fills the document's other lists. */
@@ -678,8 +745,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		nbrun__result_set_status(j->result, NBRUN_STATUS_OOM,
 					 "the sandbox ran out of memory (raise --memory)");
 	} else if (slow_cell >= 0) {
-		snprintf(msg, sizeof(msg), "cell %d passed its cell timeout and was interrupted; the other cells ran",
-			 slow_cell);
+		snprintf(msg, sizeof(msg), "cell %d passed its cell timeout and was interrupted; %s", slow_cell,
+			 job_stops_on_error(j) ? "the cells after it did not run" : "the other cells ran");
 		nbrun__result_set_status(j->result, NBRUN_STATUS_TIMEOUT, msg);
 	} else if (e.violation) {
 		nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, e.message);

@@ -45,7 +45,7 @@ enum nbrun_error {
 /** How a run ended. */
 enum nbrun_status {
 	NBRUN_STATUS_OK = 0,  /**< every cell ran and none raised */
-	NBRUN_STATUS_ERROR,   /**< a cell raised (the run still went on) */
+	NBRUN_STATUS_ERROR,   /**< a cell raised (execution stopped there, unless errors were allowed) */
 	NBRUN_STATUS_TIMEOUT, /**< the wall-clock deadline killed the run */
 	NBRUN_STATUS_OOM,     /**< the sandbox ran out of memory */
 	NBRUN_STATUS_FAILED,  /**< the run could not complete (engine, kernel death, bad notebook) */
@@ -303,13 +303,22 @@ struct nbrun_run_options {
 	 * language, or one whose kernel the image lacks, is NBRUN_EINVAL.
 	 */
 	const char *language;
+	/**
+	 * Version 5: non-zero to go on executing after a cell raises (as
+	 * nbconvert --allow-errors). By default execution stops at the first
+	 * cell that raises, as papermill and Jupyter's "Run All" do: the cells
+	 * after it are kept unexecuted, and the executed notebook gets
+	 * papermill's two error-marker cells. Callers of versions 1 to 4 keep
+	 * going after errors, as those versions did.
+	 */
+	int allow_errors;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 4
+#define NBRUN_RUN_OPTIONS_VERSION 5
 #define NBRUN_RUN_OPTIONS_INIT                                                                   \
 	{                                                                                        \
 		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
 			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL, NULL, NULL, NULL, NULL                                       \
+			NULL, NULL, NULL, NULL, NULL, NULL, 0                                    \
 	}
 
 /**

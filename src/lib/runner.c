@@ -296,6 +296,33 @@ static int run_set_kernel(json_t *nb, const struct nbrun__language *lang)
 	return nbrun__language_set_kernelspec(nb, lang);
 }
 
+/*
+ * As papermill does before it executes: no code cell keeps outputs or an
+ * execution count of an earlier run (a cell that does not run this time must
+ * not show old results), and error markers of an earlier papermill or nbrun
+ * run go.
+ */
+static void run_reset_cells(json_t *nb)
+{
+	json_t *cells = json_object_get(nb, "cells"), *cell, *t;
+	size_t i, k;
+
+	for (i = json_array_size(cells); i-- > 0;) {
+		cell = json_array_get(cells, i);
+		json_array_foreach(json_object_get(json_object_get(cell, "metadata"), "tags"), k, t)
+			if (!strcmp(json_string_value(t) ?: "", "papermill-error-cell-tag"))
+				break;
+		if (k < json_array_size(json_object_get(json_object_get(cell, "metadata"), "tags"))) {
+			json_array_remove(cells, i);
+			continue;
+		}
+		if (strcmp(json_string_value(json_object_get(cell, "cell_type")) ?: "", "code"))
+			continue;
+		json_object_set_new(cell, "outputs", json_array());
+		json_object_set_new(cell, "execution_count", json_null());
+	}
+}
+
 static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, json_t *nb,
 			     const struct nbrun_run_options *opts, const struct nbrun__language *lang)
 {
@@ -328,6 +355,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 					    "input %s", opts->files[i]);
 	if (run_set_kernel(nb, lang) < 0)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	run_reset_cells(nb);
 	text = json_dumps(nb, JSON_INDENT(1));
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");

@@ -242,6 +242,43 @@ def case_host_disk_full():
             os.rmdir(mnt)
 
 
+def case_stop_at_first_error():
+    # As papermill and Jupyter's Run All: execution stops at the first cell
+    # that raises; the later cells stay unexecuted (old outputs cleared) and
+    # papermill's error markers frame the failing cell. --allow-errors goes on.
+    tmp = tempfile.mkdtemp()
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": "open('/mnt/data/one', 'w').write('1')\nprint('cell one')"},
+                    {"cell_type": "code", "id": "b", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": "raise ValueError('stop here')"},
+                    {"cell_type": "code", "id": "c", "metadata": {}, "execution_count": 9,
+                     "outputs": [{"output_type": "stream", "name": "stdout", "text": "stale\n"}],
+                     "source": "open('/mnt/data/three', 'w').write('3')\nprint('cell three')"}]}
+    path = os.path.join(tmp, "nb.ipynb")
+    with open(path, "w") as f:
+        json.dump(nb, f)
+    for args in ([path], ["-c", "print('cell one')\n# %%\nraise ValueError('stop here')\n# %%\nprint('cell three')"]):
+        rc, doc, out, err = run(args)
+        check(rc == 1 and doc["status"] == "error", "exit %d %s" % (rc, doc["status"]))
+        check(doc["stdout"] == "cell one\n", "later cells ran or stale outputs kept: %r" % doc["stdout"])
+        check(doc["error"]["cell"] == 1 and doc["error"]["name"] == "ValueError", doc["error"])
+        with open(os.path.join(out, "notebook.ipynb")) as f:
+            cells = json.load(f)["cells"]
+        tags = [c["metadata"].get("tags") for c in cells]
+        check(tags[0] == ["papermill-error-cell-tag"] and tags[2] == ["papermill-error-cell-tag"], tags)
+        check("In [2]" in cells[0]["source"] and 'id="papermill-error-cell"' in cells[2]["source"], cells[0])
+        check(cells[4]["execution_count"] is None and cells[4]["outputs"] == [], cells[4])
+        if args == [path]:
+            check([f["path"] for f in doc["files"]] == ["files/one"], doc["files"])
+        finish(doc, out)
+    rc, doc, out, err = run(["--allow-errors", path])
+    check(rc == 1 and doc["stdout"] == "cell one\ncell three\n", "allow-errors: %r" % doc["stdout"])
+    with open(os.path.join(out, "notebook.ipynb")) as f:
+        check(len(json.load(f)["cells"]) == 3, "markers with --allow-errors")
+    finish(doc, out)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
@@ -316,7 +353,7 @@ def case_timeout():
 def case_cell_timeout():
     code = ("print('before')\n# %%\nimport time\nprint('slow', flush=True)\n"
             "while True: time.sleep(0.1)\n# %%\nprint('after')\n")
-    rc, doc, out, err = run(["--timeout", "60s", "--cell-timeout", "3s", "-c", code])
+    rc, doc, out, err = run(["--timeout", "60s", "--cell-timeout", "3s", "--allow-errors", "-c", code])
     check(rc == 3, "exit %d (want 3)" % rc)
     check(doc["status"] == "timeout", doc["status"])
     check("cell 1" in doc["message"], doc["message"])

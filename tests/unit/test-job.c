@@ -111,6 +111,7 @@ struct agent {
 	int n_chunks;
 	uint64_t last_blob; /* bytes of the last blob received */
 	bool blob_ok;       /* the last blob matched the expected pattern (split test) */
+	int stop_on_error;  /* the execute's stop_on_error: 1 true, 0 false or absent */
 	/* to answer */
 	const void *archive;
 	size_t archive_len;
@@ -439,6 +440,8 @@ static bool agent_take_run(struct agent *a)
 			agent_failf(a, "execute without id, cell_timeout or stream:false");
 		else if (blob.len != strlen(F.nb_text) || memcmp(blob.data, F.nb_text, blob.len))
 			agent_failf(a, "execute blob is not the notebook (%zu bytes)", blob.len);
+		if (msg)
+			a->stop_on_error = json_is_true(json_object_get(msg, "stop_on_error"));
 		json_decref(msg);
 	}
 	buf_free(&blob);
@@ -1089,6 +1092,53 @@ static void job_done_error_only(void **state)
 	assert_agent_happy();
 	assert_status(NBRUN_STATUS_ERROR);
 	assert_int_equal(nbrun_result_error(F.result, NULL, NULL, NULL), 1);
+}
+
+/*
+ * By default a run stops at the first cell that raises (papermill): the
+ * execute asks for it, and the written notebook gets papermill's two
+ * error-marker cells; with allow_errors neither.
+ */
+static void check_stop_on_error(int allow)
+{
+	const json_t *c;
+	json_t *nb;
+
+	F.opts.allow_errors = allow;
+	agent_start(script_error, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_int_equal(F.agent.stop_on_error, !F.opts.allow_errors);
+	assert_status(NBRUN_STATUS_ERROR);
+	/* the result counts the cells of the notebook run */
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(F.result->doc, "error"), "cell")), 2);
+	nb = load_written_notebook();
+	if (F.opts.allow_errors) {
+		assert_int_equal(json_array_size(json_object_get(nb, "cells")), 3);
+	} else {
+		assert_int_equal(json_array_size(json_object_get(nb, "cells")), 5);
+		c = written_cell(nb, 0);
+		assert_string_equal(json_string_value(json_object_get(c, "cell_type")), "markdown");
+		assert_string_equal(json_string_value(json_array_get(json_object_get(json_object_get(c, "metadata"), "tags"), 0)),
+				    "papermill-error-cell-tag");
+		assert_non_null(strstr(json_string_value(json_object_get(c, "source")), "In [2]</a>"));
+		c = written_cell(nb, 3);
+		assert_non_null(strstr(json_string_value(json_object_get(c, "source")), "id=\"papermill-error-cell\""));
+		assert_string_equal(json_string_value(json_object_get(written_cell(nb, 4), "id")), "c2");
+	}
+	json_decref(nb);
+}
+
+static void job_stop_on_error(void **state)
+{
+	(void)state;
+	check_stop_on_error(0);
+}
+
+static void job_allow_errors(void **state)
+{
+	(void)state;
+	check_stop_on_error(1);
 }
 
 static void script_cell_timeout(struct agent *a)
@@ -1818,6 +1868,8 @@ int main(int argc, char **argv)
 		T(job_reply_error_without_output),
 		T(job_reply_error_older_agent),
 		T(job_done_error_only),
+		T(job_stop_on_error),
+		T(job_allow_errors),
 		T(job_cell_timeout),
 		T(job_kernel_dead),
 		T(job_agent_gone),
