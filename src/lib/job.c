@@ -345,7 +345,7 @@ static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, st
  * reply named it. An agent that does not send the name still says "cell N
  * raised NAME" in done.
  */
-static int job_reply_errors(struct nbrun__job *j, const struct job_end *e)
+static int job_reply_errors(struct nbrun__job *j, const json_t *nb, const struct job_end *e)
 {
 	json_t *doc = j->result->doc, *have = json_object_get(doc, "error"), *err;
 	json_int_t cell = e->err_cell;
@@ -368,6 +368,18 @@ static int job_reply_errors(struct nbrun__job *j, const struct job_end *e)
 	}
 	if (json_is_object(have) && (cell < 0 || json_integer_value(json_object_get(have, "cell")) <= cell))
 		return 0; /* an error output of this cell, or of an earlier one, says it already */
+	if (!strcmp(name, "SystemExit")) {
+		/* a clean exit is a success: the reply's value, or the cell's error output, says */
+		const json_t *o;
+		size_t k;
+		if (e->err_cell >= 0 && e->err_name[0] && nbrun__is_clean_exit(name, value))
+			return 0;
+		json_array_foreach(json_object_get(json_array_get(json_object_get(nb, "cells"), (size_t)cell),
+						   "outputs"), k, o)
+			if (nbrun__is_clean_exit(json_string_value(json_object_get(o, "ename")),
+						 json_string_value(json_object_get(o, "evalue"))))
+				return 0;
+	}
 	if (!value[0])
 		snprintf(value, sizeof(value), "the kernel reported an error without an error output");
 	err = json_pack("{s:I, s:s, s:s, s:s}", "cell", cell < 0 ? (json_int_t)0 : cell, "name",
@@ -715,7 +727,7 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		int wrc;
 		rc = nbrun__outputs_parse(j->ctx, j->result, nb, j->out_fd, &j->lim);
 		if (rc == 0)
-			rc = job_reply_errors(j, &e);
+			rc = job_reply_errors(j, nb, &e);
 		if (rc == 0)
 			slow_cell = job_timed_out_cell(nb);
 		if (rc < 0)

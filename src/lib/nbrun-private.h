@@ -97,6 +97,10 @@ int nbrun__notebook_piece_loadfd(json_t **out, struct nbrun_ctx *ctx, int fd, ui
 int nbrun__outputs_parse(struct nbrun_ctx *ctx, struct nbrun_result *r, const json_t *nb,
 			 int out_dirfd, const struct nbrun__limits *lim);
 
+/* An error that is a clean exit (SystemExit with no code or 0): papermill
+ * counts it as success; execution still ends there. */
+bool nbrun__is_clean_exit(const char *ename, const char *evalue);
+
 /* ---- notebook.c: code -> notebook ------------------------------------------ */
 
 /* Split code on "# %%" lines into nbformat 4.5 code cells. */

@@ -785,6 +785,11 @@ static int op_stream(struct op *o, json_t *entry, const json_t *output)
 	return json_object_set_new(entry, "text", op_text(o, text, NULL, o->lim->max_output));
 }
 
+bool nbrun__is_clean_exit(const char *ename, const char *evalue)
+{
+	return ename && !strcmp(ename, "SystemExit") && (!evalue || !*evalue || !strcmp(evalue, "0"));
+}
+
 static int op_error(struct op *o, json_t *entry, const json_t *output, size_t cell)
 {
 	json_t *name = op_text(o, json_object_get(output, "ename"), NULL, o->lim->max_output);
@@ -794,7 +799,9 @@ static int op_error(struct op *o, json_t *entry, const json_t *output, size_t ce
 
 	if (!name || !value || !tb)
 		goto out;
-	if (!o->have_error) {
+	/* sys.exit(), sys.exit(0) and raise SystemExit end a notebook as a
+	 * success (papermill): listed as an output, not the run's error */
+	if (!o->have_error && !nbrun__is_clean_exit(json_string_value(name), json_string_value(value))) {
 		json_t *e = json_pack("{s:I, s:O, s:O, s:O}", "cell", (json_int_t)cell, "name", name,
 				      "value", value, "traceback", tb);
 		if (!e)

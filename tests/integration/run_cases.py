@@ -279,6 +279,21 @@ def case_stop_at_first_error():
     finish(doc, out)
 
 
+def case_system_exit():
+    # sys.exit(), sys.exit(0) and raise SystemExit end the notebook as a
+    # success, as in papermill: exit 0, no error, the later cells not run.
+    # Another code or a message is an error.
+    for stmt, ok in (("import sys; sys.exit()", True), ("import sys; sys.exit(0)", True),
+                     ("raise SystemExit", True), ("import sys; sys.exit(1)", False),
+                     ("import sys; sys.exit('bye')", False)):
+        rc, doc, out, err = run(["-c", "print('a')\n# %%\n" + stmt + "\n# %%\nprint('after')\n"])
+        check(rc == (0 if ok else 1) and doc["status"] == ("ok" if ok else "error"),
+              "%s: exit %d, %s" % (stmt, rc, doc["status"]))
+        check((doc["error"] is None) == ok, "%s: error %r" % (stmt, doc["error"]))
+        check(doc["stdout"] == "a\n", "%s: stdout %r" % (stmt, doc["stdout"]))
+        finish(doc, out)
+
+
 def case_chart_png():
     code = ("import matplotlib.pyplot as plt\n"
             "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"

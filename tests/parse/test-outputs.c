@@ -293,6 +293,26 @@ static void test_images_rejected(void **state)
 	assert_null(json_object_get(json_object_get(data, "image/png"), "path"));
 }
 
+/* sys.exit(), sys.exit(0), raise SystemExit: a success, as papermill counts it. */
+static void test_clean_exit(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const values[] = { "", "0", "1", "bye" };
+
+	for (size_t i = 0; i < 4; i++) {
+		char text[600];
+		snprintf(text, sizeof(text), NB(CODE("{\"output_type\": \"stream\", \"name\": \"stdout\", \"text\": \"a\\n\"}") ","
+						 CODE("{\"output_type\": \"error\", \"ename\": \"SystemExit\", \"evalue\": \"%s\","
+						      " \"traceback\": [\"An exception has occurred\"]}")),
+			 values[i]);
+		assert_int_equal(parse(f, text, -1), 0);
+		assert_int_equal(nbrun_result_status(f->r), i < 2 ? NBRUN_STATUS_OK : NBRUN_STATUS_ERROR);
+		assert_int_equal(nbrun_result_error(f->r, NULL, NULL, NULL), i < 2 ? 0 : 1);
+		/* the output is still listed */
+		assert_int_equal(json_array_size(get(f, "outputs")), 2);
+	}
+}
+
 /* image/svg+xml must be SVG: an XML document whose root element is svg. */
 static void test_svg_checked(void **state)
 {
@@ -556,6 +576,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_odd_shapes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_svg_checked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clean_exit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_file, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1141,6 +1141,37 @@ static void job_allow_errors(void **state)
 	check_stop_on_error(1);
 }
 
+static const char CELL2_EXIT[] =
+	"{\"cell_type\":\"code\",\"id\":\"c2\",\"source\":\"import sys; sys.exit()\",\"metadata\":{},"
+	"\"execution_count\":2,\"outputs\":["
+	"{\"output_type\":\"error\",\"ename\":\"SystemExit\",\"evalue\":\"\","
+	"\"traceback\":[\"An exception has occurred, use %tb to see the full traceback.\",\"SystemExit\"]}]}";
+
+static void script_clean_exit(struct agent *a)
+{
+	if (agent_hello(a) && agent_take_run(a) && agent_cell(a, 0, CELL0) &&
+	    agent_send_str(a, "{\"type\":\"cell\",\"id\":\"run\",\"cell\":2,\"status\":\"error\",\"duration_ms\":1,"
+			      "\"ename\":\"SystemExit\",\"evalue\":\"\"}", CELL2_EXIT) &&
+	    agent_done(a, "error", "cell 2 raised SystemExit"))
+		agent_serve_fetch(a);
+}
+
+/* sys.exit() ends the notebook as a success (papermill): no error, no markers. */
+static void job_clean_exit(void **state)
+{
+	json_t *nb;
+
+	(void)state;
+	agent_start(script_clean_exit, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_status(NBRUN_STATUS_OK);
+	assert_int_equal(nbrun_result_error(F.result, NULL, NULL, NULL), 0);
+	nb = load_written_notebook();
+	assert_int_equal(json_array_size(json_object_get(nb, "cells")), 3);
+	json_decref(nb);
+}
+
 static void script_cell_timeout(struct agent *a)
 {
 	if (agent_hello(a) && agent_take_run(a) && agent_cell(a, 0, CELL0) &&
@@ -1870,6 +1901,7 @@ int main(int argc, char **argv)
 		T(job_done_error_only),
 		T(job_stop_on_error),
 		T(job_allow_errors),
+		T(job_clean_exit),
 		T(job_cell_timeout),
 		T(job_kernel_dead),
 		T(job_agent_gone),
