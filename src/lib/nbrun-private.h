@@ -103,6 +103,11 @@ bool nbrun__is_clean_exit(const char *ename, const char *evalue);
 
 /* ---- notebook.c: code -> notebook ------------------------------------------ */
 
+/* A fresh cell id as nbformat makes them (8 hex digits), unused in nb. */
+int nbrun__notebook_new_id(const json_t *nb, struct nbrun_ctx *ctx, char id[16]);
+/* nbformat 4.x before 4.5 to 4.5, as nbformat.v4.upgrade: every cell gets an id. */
+int nbrun__notebook_upgrade(json_t *nb, struct nbrun_ctx *ctx);
+
 /* Split code on "# %%" lines into nbformat 4.5 code cells. */
 int nbrun__notebook_from_code(json_t **out, struct nbrun_ctx *ctx, const char *code);
 /* The same in a language: its "%%" marker and comments, its kernelspec. */

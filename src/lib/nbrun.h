@@ -374,9 +374,10 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 
 /**
  * Inject parameters into a notebook the way papermill does: a new code cell
- * tagged "injected-parameters" right after the cell tagged "parameters" (or
- * first when no cell is tagged), assigning each parameter as a Python
- * literal.
+ * tagged "injected-parameters" (with a fresh id) in place of the first cell
+ * so tagged, else right after the first cell tagged "parameters", else
+ * first, assigning each parameter as a Python literal; the notebook is
+ * upgraded to nbformat 4.5.
  * @param out       receives the new notebook text (NUL-terminated); free()
  * @param out_len   receives its length (may be NULL)
  * @param notebook  nbformat 4 JSON text

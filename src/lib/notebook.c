@@ -234,6 +234,50 @@ static int nb_py_literal(struct buf *b, const json_t *v, int depth)
 	return -EINVAL;
 }
 
+/* A cell id as nbformat makes them (8 hex digits), used by no cell of nb. */
+int nbrun__notebook_new_id(const json_t *nb, struct nbrun_ctx *ctx, char id[16])
+{
+	const json_t *cells = json_object_get(nb, "cells"), *cell;
+	size_t i;
+	int rc;
+
+	for (int tries = 0; tries < 100; tries++) {
+		rc = nbrun__random_id(ctx, id);
+		if (rc < 0)
+			return rc;
+		id[8] = '\0';
+		json_array_foreach(cells, i, cell)
+			if (!strcmp(json_string_value(json_object_get(cell, "id")) ?: "", id))
+				break;
+		if (i == json_array_size(cells))
+			return 0;
+	}
+	return nbrun__err(ctx, NBRUN_EGENERIC, "cannot find a free cell id");
+}
+
+int nbrun__notebook_upgrade(json_t *nb, struct nbrun_ctx *ctx)
+{
+	json_t *cells = json_object_get(nb, "cells"), *cell;
+	char id[16];
+	size_t i;
+	int rc;
+
+	if (json_integer_value(json_object_get(nb, "nbformat")) != 4 ||
+	    json_integer_value(json_object_get(nb, "nbformat_minor")) >= 5)
+		return 0;
+	json_array_foreach(cells, i, cell) {
+		if (!json_is_object(cell) || json_is_string(json_object_get(cell, "id")))
+			continue;
+		rc = nbrun__notebook_new_id(nb, ctx, id);
+		if (rc < 0)
+			return rc;
+		if (json_object_set_new(cell, "id", json_string(id)) < 0)
+			return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	}
+	json_object_set_new(nb, "nbformat_minor", json_integer(5));
+	return 0;
+}
+
 static bool nb_has_tag(const json_t *cell, const char *tag)
 {
 	const json_t *t;
@@ -252,7 +296,8 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 	struct buf src = BUF_INIT(16u << 20);
 	const struct nbrun__language *lang;
 	json_t *nb = NULL, *p = NULL, *cells, *cell, *v;
-	char jerr[160];
+	char jerr[160], id[16];
+	bool replace;
 	const char *name;
 	size_t i, at = 0;
 	char *text = NULL;
@@ -305,22 +350,34 @@ cell:
 		rc = nbrun__err(ctx, NBRUN_EPARSE, "notebook has no cell list");
 		goto out;
 	}
-	/* A notebook that already went through injection gets fresh values, not two cells. */
-	for (i = json_array_size(cells); i-- > 0;)
-		if (nb_has_tag(json_array_get(cells, i), "injected-parameters"))
-			json_array_remove(cells, i);
+	/* As papermill's parameterize_notebook: the notebook is upgraded to
+	 * nbformat 4.5, and the first cell tagged injected-parameters (an
+	 * earlier injection) is replaced where it is; else the new cell goes
+	 * after the first cell tagged parameters, else first. It gets a fresh
+	 * id: a cell of the notebook keeps its own, whatever it is. */
+	rc = nbrun__notebook_upgrade(nb, ctx);
+	if (rc < 0)
+		goto out;
 	json_array_foreach(cells, i, cell)
-		if (nb_has_tag(cell, "parameters")) {
-			at = i + 1;
+		if (nb_has_tag(cell, "injected-parameters"))
 			break;
-		}
-	cell = json_pack("{s:s, s:s, s:{s:[s]}, s:n, s:[], s:s}", "cell_type", "code", "id",
-			 "injected-parameters", "metadata", "tags", "injected-parameters",
-			 "execution_count", "outputs", "source", src.data);
-	/* Cell ids exist from nbformat 4.5 on; older notebooks must not get one. */
-	if (cell && json_integer_value(json_object_get(nb, "nbformat_minor")) < 5)
-		json_object_del(cell, "id");
-	if (!cell || json_array_insert_new(cells, at, cell) < 0) {
+	replace = i < json_array_size(cells);
+	if (replace) {
+		at = i;
+	} else {
+		json_array_foreach(cells, i, cell)
+			if (nb_has_tag(cell, "parameters")) {
+				at = i + 1;
+				break;
+			}
+	}
+	rc = nbrun__notebook_new_id(nb, ctx, id);
+	if (rc < 0)
+		goto out;
+	cell = json_pack("{s:s, s:s, s:{s:[s]}, s:n, s:[], s:s}", "cell_type", "code", "id", id,
+			 "metadata", "tags", "injected-parameters", "execution_count", "outputs",
+			 "source", src.data);
+	if (!cell || (replace ? json_array_set_new(cells, at, cell) : json_array_insert_new(cells, at, cell)) < 0) {
 		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 		goto out;
 	}

@@ -320,6 +320,57 @@ static void inject_exact_values(void **state)
 	free(src);
 }
 
+/* An earlier injected cell is replaced where it is (papermill), and the new
+ * cell has a fresh id: a cell of the notebook keeps its own. */
+static void inject_in_place(void **state)
+{
+	static const char nb[] =
+		"{\"nbformat\":4,\"nbformat_minor\":4,\"metadata\":{\"kernelspec\":{\"name\":\"python3\","
+		"\"display_name\":\"Python 3\",\"language\":\"python\"}},\"cells\":["
+		"{\"cell_type\":\"code\",\"metadata\":{\"tags\":[\"parameters\"]},\"execution_count\":null,"
+		"\"outputs\":[],\"source\":\"x = 0\"},"
+		"{\"cell_type\":\"markdown\",\"metadata\":{},\"source\":\"text\"},"
+		"{\"cell_type\":\"code\",\"metadata\":{\"tags\":[\"injected-parameters\"]},\"execution_count\":1,"
+		"\"outputs\":[],\"source\":\"x = 1\"},"
+		"{\"cell_type\":\"code\",\"metadata\":{},\"execution_count\":null,\"outputs\":[],\"source\":\"print(x)\"}]}";
+	static const char nb45[] =
+		"{\"nbformat\":4,\"nbformat_minor\":5,\"metadata\":{},\"cells\":["
+		"{\"cell_type\":\"code\",\"id\":\"injected-parameters\",\"metadata\":{},\"execution_count\":null,"
+		"\"outputs\":[],\"source\":\"print(x)\"}]}";
+	struct nbrun_ctx ctx = { "" };
+	char *out = NULL;
+	json_t *v, *cells;
+	const char *id;
+
+	(void)state;
+	assert_int_equal(nbrun_notebook_inject_params(&out, NULL, &ctx, nb, strlen(nb), "{\"x\": 2}"), 0);
+	v = json_loads(out, 0, NULL);
+	free(out);
+	cells = json_object_get(v, "cells");
+	assert_int_equal(json_array_size(cells), 4);
+	assert_int_equal(json_integer_value(json_object_get(v, "nbformat_minor")), 5);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(cells, 2), "source")),
+			    "# Parameters\nx = 2\n");
+	for (size_t i = 0; i < 4; i++) {
+		id = json_string_value(json_object_get(json_array_get(cells, i), "id"));
+		assert_non_null(id);
+		assert_int_equal(strlen(id), 8);
+		for (size_t k = 0; k < i; k++)
+			assert_string_not_equal(id, json_string_value(json_object_get(json_array_get(cells, k), "id")));
+	}
+	json_decref(v);
+
+	assert_int_equal(nbrun_notebook_inject_params(&out, NULL, &ctx, nb45, strlen(nb45), "{\"x\": 2}"), 0);
+	v = json_loads(out, 0, NULL);
+	free(out);
+	cells = json_object_get(v, "cells");
+	assert_int_equal(json_array_size(cells), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(cells, 1), "id")), "injected-parameters");
+	assert_string_not_equal(json_string_value(json_object_get(json_array_get(cells, 0), "id")),
+				"injected-parameters");
+	json_decref(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +383,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(jsonx_refuses),
 		cmocka_unit_test(jsonx_depth_capped),
 		cmocka_unit_test(inject_exact_values),
+		cmocka_unit_test(inject_in_place),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
