@@ -222,6 +222,7 @@ struct job_end {
 	int err_cell;
 	char err_name[128];
 	char err_value[300];
+	uint64_t start_us, end_us; /* wall clock of the execution, for papermill's metadata */
 };
 
 /* A printable one-line copy of an untrusted text: controls (C0, DEL, C1) become spaces. */
@@ -305,6 +306,137 @@ static int job_cell_data(struct nbrun__job *j, json_t **cell, uint64_t left, str
 	return rc;
 }
 
+/* ---- papermill's metadata ---------------------------------------------------------- */
+
+static uint64_t job_wall_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* As papermill writes times: ISO 8601 in UTC, no zone suffix (datetime.utcnow().isoformat()). */
+static json_t *job_iso(uint64_t us)
+{
+	time_t s = (time_t)(us / 1000000u);
+	struct tm tm;
+	char t[48];
+	size_t n;
+
+	gmtime_r(&s, &tm);
+	n = strftime(t, sizeof(t), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(t + n, sizeof(t) - n, ".%06u", (unsigned int)(us % 1000000u));
+	return json_string(t);
+}
+
+static json_t *job_cell_meta(uint64_t start_us, uint64_t end_us, const char *status)
+{
+	bool failed = !strcmp(status, "failed");
+
+	return json_pack("{s:o, s:o, s:f, s:b, s:s}", "start_time", job_iso(start_us), "end_time",
+			 job_iso(end_us), "duration", (double)(end_us - start_us) / 1e6, "exception",
+			 failed, "status", status);
+}
+
+/*
+ * metadata.papermill of an executed code cell (papermill's
+ * NotebookExecutionManager): its times from the agent's duration, failed
+ * when it raised or passed its timeout. A cell sent again after a display
+ * update keeps what its first copy got.
+ */
+static void job_cell_times(struct nbrun__job *j, json_t *cells, size_t i, json_t *cell, const json_t *msg)
+{
+	json_t *old = json_object_get(json_object_get(json_array_get(cells, i), "metadata"), "papermill");
+	json_t *meta = json_object_get(cell, "metadata");
+	const char *st = json_string_value(json_object_get(msg, "status")) ?: "";
+	json_int_t ms = json_integer_value(json_object_get(msg, "duration_ms"));
+	uint64_t end = job_wall_us();
+
+	json_incref(old);
+	json_array_set_new(cells, i, cell);
+	if (j->session) {
+		json_decref(old);
+		return;
+	}
+	if (!json_is_object(meta)) {
+		meta = json_object();
+		json_object_set_new(cell, "metadata", meta);
+	}
+	if (ms < 0 || (uint64_t)ms * 1000u > end)
+		ms = 0;
+	if (old)
+		json_object_set_new(meta, "papermill", old);
+	else
+		json_object_set_new(meta, "papermill",
+				    job_cell_meta(end - (uint64_t)ms * 1000u, end,
+						  strcmp(st, "error") && strcmp(st, "timeout") ? "completed" : "failed"));
+}
+
+/*
+ * metadata.papermill of the notebook and of the cells without one, so that
+ * tools that read papermill's output (scrapbook, dashboards) read nbrun's:
+ * parameters, start and end time, duration, whether a cell raised; cells
+ * up to the last one executed count as completed, those after it pending.
+ */
+static int job_papermill_metadata(struct nbrun__job *j, json_t *nb, const struct job_end *e)
+{
+	json_t *meta = json_object_get(nb, "metadata"), *pm, *cells = json_object_get(nb, "cells"), *cell;
+	uint64_t at = e->start_us, end = e->end_us ? e->end_us : job_wall_us();
+	size_t i, last = 0;
+	bool exception = false, any = false;
+	char path[4200];
+
+	if (j->session)
+		return 0;
+	json_array_foreach(cells, i, cell) {
+		const json_t *p = json_object_get(json_object_get(cell, "metadata"), "papermill");
+		if (json_is_object(p)) {
+			last = i;
+			any = true;
+			exception |= json_is_true(json_object_get(p, "exception"));
+		}
+	}
+	json_array_foreach(cells, i, cell) {
+		json_t *cm = json_object_get(cell, "metadata");
+		const json_t *p = json_object_get(cm, "papermill");
+		if (!json_is_object(cm)) {
+			cm = json_object();
+			json_object_set_new(cell, "metadata", cm);
+		}
+		if (json_is_object(p))
+			continue;
+		if (any && i < last)
+			json_object_set_new(cm, "papermill", job_cell_meta(at, at, "completed"));
+		else
+			json_object_set_new(cm, "papermill",
+					    json_pack("{s:n, s:n, s:n, s:n, s:s}", "start_time", "end_time",
+						      "duration", "exception", "status", "pending"));
+	}
+	if (!json_is_object(meta)) {
+		meta = json_object();
+		json_object_set_new(nb, "metadata", meta);
+	}
+	pm = json_object_get(meta, "papermill");
+	if (!json_is_object(pm)) {
+		pm = json_object();
+		json_object_set_new(meta, "papermill", pm);
+	}
+	if (!json_is_object(json_object_get(pm, "parameters")))
+		json_object_set_new(pm, "parameters", json_object());
+	if (!json_object_get(pm, "environment_variables"))
+		json_object_set_new(pm, "environment_variables", json_object());
+	if (!json_object_get(pm, "input_path"))
+		json_object_set_new(pm, "input_path", json_null());
+	snprintf(path, sizeof(path), "%s/notebook.ipynb", j->out_dir ? j->out_dir : ".");
+	json_object_set_new(pm, "output_path", json_string(path));
+	json_object_set_new(pm, "start_time", job_iso(e->start_us));
+	json_object_set_new(pm, "end_time", job_iso(end));
+	json_object_set_new(pm, "duration", json_real((double)(end - e->start_us) / 1e6));
+	json_object_set_new(pm, "exception", json_boolean(exception));
+	return 0;
+}
+
 /* An executed cell: it replaces the code cell at its index. */
 static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, struct job_end *e)
 {
@@ -328,7 +460,7 @@ static int job_take_cell(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 		json_decref(cell);
 		return nbrun__err(j->ctx, NBRUN_EPARSE, "sandbox protocol violation: an executed cell that is not a code cell");
 	}
-	json_array_set_new(cells, (size_t)i, cell);
+	job_cell_times(j, cells, (size_t)i, cell, msg);
 	if (!strcmp(json_string_value(json_object_get(msg, "status")) ?: "", "error") &&
 	    (e->err_cell < 0 || i < e->err_cell)) {
 		e->err_cell = (int)i;
@@ -397,6 +529,7 @@ static int job_take_done(struct nbrun__job *j, json_t *nb, const json_t *msg, st
 	int rc;
 
 	e->done = true;
+	e->end_us = job_wall_us();
 	e->oom_kills = (int)json_integer_value(json_object_get(msg, "oom_kills"));
 	job_line(e->status, sizeof(e->status), json_string_value(json_object_get(msg, "status")));
 	job_line(e->message, sizeof(e->message), json_string_value(json_object_get(msg, "message")));
@@ -709,6 +842,7 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		return rc;
 
 	job_progress(j, NBRUN_PHASE_EXECUTE);
+	e.start_us = job_wall_us();
 	rc = job_follow(j, nb, &e);
 	j->sb->ch.poke = NULL;
 	if (rc < 0)
@@ -733,7 +867,9 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		if (rc < 0)
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
 		/* written after the parse: the markers are not cells of the run */
-		wrc = job_error_markers(j, nb);
+		wrc = job_papermill_metadata(j, nb, &e);
+		if (wrc == 0)
+			wrc = job_error_markers(j, nb);
 		if (wrc == 0)
 			wrc = job_write_notebook(j, nb);
 		if (wrc < 0)

@@ -297,6 +297,7 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 	const struct nbrun__language *lang;
 	json_t *nb = NULL, *p = NULL, *cells, *cell, *v;
 	char jerr[160], id[16];
+	json_t *meta, *pm;
 	bool replace;
 	const char *name;
 	size_t i, at = 0;
@@ -374,6 +375,16 @@ cell:
 	rc = nbrun__notebook_new_id(nb, ctx, id);
 	if (rc < 0)
 		goto out;
+	/* metadata.papermill.parameters, as papermill records them (strict JSON:
+	 * big integers and infinities as their text) */
+	meta = json_object_get(nb, "metadata");
+	pm = json_is_object(meta) ? json_object_get(meta, "papermill") : NULL;
+	if (json_is_object(meta) && !json_is_object(pm)) {
+		pm = json_object();
+		json_object_set_new(meta, "papermill", pm);
+	}
+	if (json_is_object(pm))
+		json_object_set_new(pm, "parameters", jsonx_plain(p));
 	cell = json_pack("{s:s, s:s, s:{s:[s]}, s:n, s:[], s:s}", "cell_type", "code", "id", id,
 			 "metadata", "tags", "injected-parameters", "execution_count", "outputs",
 			 "source", src.data);

@@ -316,6 +316,7 @@ static void run_reset_cells(json_t *nb)
 			json_array_remove(cells, i);
 			continue;
 		}
+		json_object_del(json_object_get(cell, "metadata"), "papermill");
 		if (strcmp(json_string_value(json_object_get(cell, "cell_type")) ?: "", "code"))
 			continue;
 		json_object_set_new(cell, "outputs", json_array());
@@ -356,6 +357,9 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	if (run_set_kernel(nb, lang) < 0)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	run_reset_cells(nb);
+	/* the executed notebook is nbformat 4.5, as papermill writes it */
+	if (nbrun__notebook_upgrade(nb, ctx) < 0)
+		return nbrun_ctx_errmsg(ctx)[0] ? NBRUN_ENOMEM : NBRUN_ENOMEM;
 	text = json_dumps(nb, JSON_INDENT(1));
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");

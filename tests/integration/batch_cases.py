@@ -227,6 +227,43 @@ def case_inputs_regular_only():
         check(not os.path.exists(os.path.join(d, "o")), "nbrun %s %s started something" % (cmd, path))
 
 
+def case_papermill_output():
+    # The executed notebook reads as papermill's: nbformat 4.5 (ids for an
+    # nbformat 4.4 notebook), metadata.papermill with the parameters, times
+    # and exception flag, and each cell's papermill status.
+    d = tempfile.mkdtemp(prefix="nbrun-batch-")
+    nb = {"nbformat": 4, "nbformat_minor": 4, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [], "source": "n = 1"},
+                    {"cell_type": "markdown", "metadata": {}, "source": "# title"},
+                    {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(n * 2)"},
+                    {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "1 / 0"},
+                    {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print('never')"}]}
+    path = os.path.join(d, "pm.ipynb")
+    with open(path, "w") as f:
+        json.dump(nb, f)
+    out = os.path.join(d, "out")
+    rc, report, err = batch(["-o", out, "-p", "n", "21", path])
+    check(rc == 1, "exit %d %s" % (rc, err[-300:]))
+    with open(os.path.join(out, "pm", "notebook.ipynb")) as f:
+        ex = json.load(f)
+    check(ex["nbformat"] == 4 and ex["nbformat_minor"] == 5, (ex["nbformat"], ex["nbformat_minor"]))
+    ids = [c.get("id") for c in ex["cells"]]
+    check(all(ids) and len(set(ids)) == len(ids), ids)
+    pm = ex["metadata"]["papermill"]
+    check(pm["parameters"] == {"n": 21}, pm)
+    check(pm["exception"] is True and isinstance(pm["duration"], float), pm)
+    import datetime
+    start = datetime.datetime.fromisoformat(pm["start_time"])
+    end = datetime.datetime.fromisoformat(pm["end_time"])
+    check(start <= end and pm["output_path"] == os.path.join(out, "pm", "notebook.ipynb"), pm)
+    # cells: marker, parameters, injected, markdown, print, anchor marker, 1/0, never
+    status = [(c["metadata"].get("papermill") or {}).get("status") for c in ex["cells"]]
+    check(status == [None, "completed", "completed", "completed", "completed", None, "failed", "pending"],
+          status)
+    check(ex["cells"][2]["metadata"]["tags"] == ["injected-parameters"], ex["cells"][2])
+    check(report["notebooks"][0]["result"]["stdout"] == "42\n", report["notebooks"][0]["result"]["stdout"])
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):

@@ -960,6 +960,9 @@ static void job_ok(void **state)
 	c = written_cell(nb, 0);
 	assert_int_equal(json_integer_value(json_object_get(c, "execution_count")), 1);
 	assert_int_equal(json_array_size(json_object_get(c, "outputs")), 2);
+	/* the markdown cell as it was, but for the host's papermill record */
+	assert_true(json_is_object(json_object_get(json_object_get(written_cell(nb, 1), "metadata"), "papermill")));
+	json_object_del(json_object_get(written_cell(nb, 1), "metadata"), "papermill");
 	assert_true(json_equal((json_t *)written_cell(nb, 1), orig_md));
 	c = written_cell(nb, 2);
 	assert_string_equal(json_string_value(json_object_get(
@@ -1126,6 +1129,40 @@ static void check_stop_on_error(int allow)
 		assert_non_null(strstr(json_string_value(json_object_get(c, "source")), "id=\"papermill-error-cell\""));
 		assert_string_equal(json_string_value(json_object_get(written_cell(nb, 4), "id")), "c2");
 	}
+	json_decref(nb);
+}
+
+/* metadata.papermill as papermill writes it: the notebook's times and
+ * exception flag, each cell's times and status. */
+static void job_papermill_metadata(void **state)
+{
+	const json_t *pm, *c;
+	json_t *nb;
+
+	(void)state;
+	agent_start(script_error, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	nb = load_written_notebook();
+	pm = json_object_get(json_object_get(nb, "metadata"), "papermill");
+	assert_true(json_is_object(pm));
+	assert_true(json_is_string(json_object_get(pm, "start_time")));
+	assert_true(json_is_string(json_object_get(pm, "end_time")));
+	assert_true(json_is_real(json_object_get(pm, "duration")));
+	assert_true(json_is_true(json_object_get(pm, "exception")));
+	assert_true(json_is_object(json_object_get(pm, "parameters")));
+	assert_non_null(strstr(json_string_value(json_object_get(pm, "output_path")), "/notebook.ipynb"));
+	/* cells: 0 top marker, 1 code ok, 2 markdown, 3 anchor marker, 4 the cell that raised */
+	c = json_object_get(json_object_get(written_cell(nb, 1), "metadata"), "papermill");
+	assert_string_equal(json_string_value(json_object_get(c, "status")), "completed");
+	assert_true(json_is_false(json_object_get(c, "exception")));
+	assert_true(json_real_value(json_object_get(c, "duration")) > 0.0029 &&
+		    json_real_value(json_object_get(c, "duration")) < 0.0031);
+	c = json_object_get(json_object_get(written_cell(nb, 2), "metadata"), "papermill");
+	assert_string_equal(json_string_value(json_object_get(c, "status")), "completed");
+	c = json_object_get(json_object_get(written_cell(nb, 4), "metadata"), "papermill");
+	assert_string_equal(json_string_value(json_object_get(c, "status")), "failed");
+	assert_true(json_is_true(json_object_get(c, "exception")));
 	json_decref(nb);
 }
 
@@ -1530,6 +1567,7 @@ static void violation_markdown_untouched(void **state)
 	assert_agent_happy();
 	assert_violation();
 	nb = load_written_notebook();
+	json_object_del(json_object_get(written_cell(nb, 1), "metadata"), "papermill");
 	assert_true(json_equal((json_t *)written_cell(nb, 1), orig_md));
 	json_decref(nb);
 	json_decref(orig_md);
@@ -1902,6 +1940,7 @@ int main(int argc, char **argv)
 		T(job_stop_on_error),
 		T(job_allow_errors),
 		T(job_clean_exit),
+		T(job_papermill_metadata),
 		T(job_cell_timeout),
 		T(job_kernel_dead),
 		T(job_agent_gone),

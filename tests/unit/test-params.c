@@ -371,6 +371,27 @@ static void inject_in_place(void **state)
 	json_decref(v);
 }
 
+/* papermill records the parameters in metadata.papermill.parameters (strict JSON here). */
+static void inject_records_parameters(void **state)
+{
+	static const char params[] = "{\"big\": 123456789012345678901234567890, \"inf\": Infinity, \"s\": \"t\", \"n\": 2}";
+	struct nbrun_ctx ctx = { "" };
+	char *out = NULL;
+	json_t *nb, *pm;
+
+	(void)state;
+	assert_int_equal(nbrun_notebook_inject_params(&out, NULL, &ctx, NB, strlen(NB), params), 0);
+	nb = json_loads(out, 0, NULL);
+	free(out);
+	pm = json_object_get(json_object_get(json_object_get(nb, "metadata"), "papermill"), "parameters");
+	assert_true(json_is_object(pm));
+	assert_string_equal(json_string_value(json_object_get(pm, "big")), "123456789012345678901234567890");
+	assert_string_equal(json_string_value(json_object_get(pm, "inf")), "inf");
+	assert_string_equal(json_string_value(json_object_get(pm, "s")), "t");
+	assert_int_equal(json_integer_value(json_object_get(pm, "n")), 2);
+	json_decref(nb);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +405,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(jsonx_depth_capped),
 		cmocka_unit_test(inject_exact_values),
 		cmocka_unit_test(inject_in_place),
+		cmocka_unit_test(inject_records_parameters),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
