@@ -1094,6 +1094,7 @@ def section_warm(b, runs, pool, sustained):
             res["sustained"][conc] = warm_sustained(b, srv, body, sustained, conc)
         srv.wait_full()
         res["memory"]["after_sustained"] = srv.memory()
+        res["session"] = warm_session(b, srv, runs)
         res["server_metrics"] = srv.metrics()
     finally:
         tick_done()
@@ -1103,6 +1104,75 @@ def section_warm(b, runs, pool, sustained):
             b.fail("nbrun serve", "%d container(s) left after SIGTERM" % srv.leftovers)
         if not srv.dir.startswith(b.work):
             shutil.rmtree(srv.dir, ignore_errors=True)
+    return res
+
+
+def first_line_ms(srv, path, body):
+    """An NDJSON request on a fresh connection: ms to the first byte of
+    the body and to its end (the result line)."""
+    c = UnixHTTPConnection(srv.sock)
+    try:
+        t0 = time.monotonic()
+        c.request("POST", path, body=json.dumps(body).encode(),
+                  headers={"Authorization": "Bearer " + srv.client.token,
+                           "Accept": "application/x-ndjson", "Content-Type": "application/json"})
+        r = c.getresponse()
+        first = r.read1(1) if hasattr(r, "read1") else r.read(1)
+        t1 = time.monotonic()
+        rest = first + r.read()
+        t2 = time.monotonic()
+        last = json.loads(rest.decode().strip().splitlines()[-1])
+        return (t1 - t0) * 1000, (t2 - t0) * 1000, last
+    finally:
+        c.close()
+
+
+def warm_session(b, srv, runs):
+    """A session through the HTTP API: `x += 1` executes (the state kept
+    between them), and the time to the first streamed byte of an execute
+    and of a run (a pool hit) whose cell prints, then sleeps 1 s."""
+    X_INC = json.dumps({"code": "x += 1\nx"}).encode()
+    res = {"execute_ms": [], "server_ms": [], "stream_first_ms": [], "stream_total_ms": [],
+           "run_first_ms": [], "run_total_ms": []}
+    st, doc = srv.client.json("POST", "/v1/sessions", b"{}")
+    if st != 201:
+        b.fail("warm session", "open: HTTP %d %r" % (st, doc))
+        return res
+    sid = doc["id"]
+    try:
+        st, doc = srv.client.json("POST", "/v1/sessions/%s/execute" % sid, json.dumps({"code": "x = 0"}).encode())
+        n = max(runs * 5, 20)
+        for i in range(n):
+            tick("warm: session execute %d/%d" % (i + 1, n))
+            t0 = time.monotonic()
+            st, doc = srv.client.json("POST", "/v1/sessions/%s/execute" % sid, X_INC)
+            ms = (time.monotonic() - t0) * 1000
+            want = str(i + 1)
+            if st != 200 or doc.get("status") != "ok" or want not in json.dumps(doc.get("values", doc)):
+                b.fail("warm session", "execute %d: HTTP %d %r" % (i, st, str(doc)[:300]))
+                return res
+            res["execute_ms"].append(ms)
+            res["server_ms"].append(doc.get("duration_ms"))
+        code = "print('first', flush=True)\nimport time\ntime.sleep(1)\nprint('last')"
+        for i in range(max(runs, 3)):
+            tick("warm: streamed execute %d" % (i + 1))
+            f, t, last = first_line_ms(srv, "/v1/sessions/%s/execute" % sid, {"code": code})
+            if last.get("status") != "ok":
+                b.fail("warm session", "streamed execute: %r" % str(last)[:300])
+                return res
+            res["stream_first_ms"].append(f)
+            res["stream_total_ms"].append(t)
+        for i in range(max(runs, 3)):
+            srv.wait_full()
+            tick("warm: streamed run %d" % (i + 1))
+            f, t, last = first_line_ms(srv, "/v1/runs", {"code": code})
+            if last.get("status") != "ok":
+                b.fail("warm session", "streamed run: %r" % str(last)[:300])
+                return res
+            res["run_first_ms"].append(f)
+            res["run_total_ms"].append(t)
+    finally:
+        srv.client.request("DELETE", "/v1/sessions/%s" % sid)
     return res
 
 
@@ -1230,6 +1300,29 @@ def report_warm(w, metric, targets, notes, out):
                          fmt_ms(lat["p50"]), fmt_ms(lat["max"]), fmt_ms(wm["p50"]), fmt_ms(cm["p50"])])
         out.append(table(["concurrency", "ok", "wall s", "runs/min", "warm", "p50 ms", "max ms",
                           "warm p50", "miss p50"], rows))
+        out.append("")
+
+    sess = w.get("session")
+    if sess and sess["execute_ms"]:
+        out.append("== a session through the HTTP API (one kept-alive connection): `x += 1` executes "
+                   "with the state kept; NDJSON streams of a cell that prints, then sleeps 1 s")
+        rows = []
+        for key, label, target in (("execute_ms", "session execute x += 1, client", 10),
+                                   ("server_ms", "  server duration_ms", None),
+                                   ("stream_first_ms", "streamed execute, first byte", None),
+                                   ("stream_total_ms", "streamed execute, result line", None),
+                                   ("run_first_ms", "streamed run (pool hit), first byte", None),
+                                   ("run_total_ms", "streamed run, result line", None)):
+            vals = [v for v in sess[key] if v is not None]
+            if not vals:
+                continue
+            d = dist(vals)
+            metric("warm.session.%s" % key, d, "ms", "lower")
+            rows.append(dist_row(label, d))
+            if target:
+                targets.append(("session execute x += 1 p50 (HTTP end to end)", d["p50"], "<= %d ms" % target,
+                                d["p50"] is not None and d["p50"] <= target))
+        out.append(table(["what", "n", "min", "p50", "p90", "p99", "max"], rows))
         out.append("")
 
     if w["memory"]:
