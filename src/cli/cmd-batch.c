@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <b64/cdecode.h>
+
 #include "buf.h"
 #include "clock.h"
 #include "jsonx.h"
@@ -79,7 +81,10 @@ static void batch_help(void)
 	       "                          Python's int() reads (any size), what float() reads\n"
 	       "                          (inf and nan too), else the text as a string\n"
 	       "  -r, --param-raw NAME VALUE  the text as a string\n"
-	       "  -y, --params JSON       a JSON object of parameters\n"
+	       "  -y, --params YAML       a YAML mapping of parameters, read as papermill reads it\n"
+	       "                          (YAML 1.1: yes/no booleans, 0x and octal integers, .inf;\n"
+	       "                          JSON is YAML)\n"
+	       "  -b, --params-base64 B64 the same, base64-encoded\n"
 	       "  --param-grid FILE.json  a JSON list of objects: every notebook runs once per set\n"
 	       "%s"
 	       "\n"
@@ -419,6 +424,42 @@ static int batch_add_jobs(struct batch *b, char **paths, size_t npaths, json_t *
 	return 0;
 }
 
+/* -b: base64 (padding and line breaks as base64 has them) of a YAML text, NUL-terminated; NULL when not base64. */
+static char *batch_base64(const char *s)
+{
+	size_t n = strlen(s), k = 0, pad = 0;
+	base64_decodestate st;
+	char *in = malloc(n + 1), *out = NULL;
+
+	if (!in)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (c == '\n' || c == '\r' || c == ' ' || c == '\t')
+			continue;
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+		      c == '/' || c == '=') || (pad && c != '='))
+			goto out;
+		pad += c == '=';
+		in[k++] = c;
+	}
+	if (k % 4 || pad > 2)
+		goto out;
+	out = malloc(k / 4 * 3 + 1);
+	if (!out)
+		goto out;
+	base64_init_decodestate(&st);
+	n = (size_t)base64_decode_block(in, (int)k, out, &st);
+	out[n] = '\0';
+	if (strlen(out) != n) { /* a NUL byte is no YAML text */
+		free(out);
+		out = NULL;
+	}
+out:
+	free(in);
+	return out;
+}
+
 /* A --param-grid file: JSON (big integers and Infinity/NaN kept, as in -y). */
 static json_t *batch_load_grid(const char *path, char *err, size_t errlen)
 {
@@ -463,6 +504,7 @@ int cmd_batch(int argc, char **argv)
 		{ "param", required_argument, NULL, 'p' },
 		{ "param-raw", required_argument, NULL, 'r' },
 		{ "params", required_argument, NULL, 'y' },
+		{ "params-base64", required_argument, NULL, 'b' },
 		{ "param-grid", required_argument, NULL, OPT_GRID },
 		{ "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
 		CLI_OUTPUT_LONGOPTS,
@@ -492,7 +534,7 @@ int cmd_batch(int argc, char **argv)
 	}
 	optind = 1;
 	opterr = 0; /* one diagnostic, in house format, below */
-	while ((c = getopt_long(argc, argv, "j:o:p:r:y:f:e:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "j:o:p:r:y:b:f:e:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			if (cli_parse_count(&jobs, optarg) < 0 || jobs > 256) {
@@ -528,16 +570,19 @@ int cmd_batch(int argc, char **argv)
 			}
 			break;
 		case 'y':
-			y = jsonx_loadb(optarg, strlen(optarg), jerr, sizeof(jerr));
-			if (!json_is_object(y)) {
-				cli_usage_error("batch", "-y wants a JSON object of parameters%s%s",
-						y ? "" : ": ", y ? "" : jerr);
-				json_decref(y);
+		case 'b': {
+			char *text = c == 'b' ? batch_base64(optarg) : strdup(optarg);
+			y = text ? params_yaml_load(text, strlen(text), jerr, sizeof(jerr)) : NULL;
+			free(text);
+			if (!y) {
+				cli_usage_error("batch", "-%c wants a YAML mapping of parameters%s: %s", c,
+						c == 'b' ? " in base64" : "", text ? jerr : "not base64");
 				goto out;
 			}
-			json_object_update(params.yaml, y);
+			json_object_update(c == 'b' ? params.base64 : params.yaml, y);
 			json_decref(y);
 			break;
+		}
 		case OPT_GRID:
 			json_decref(grid);
 			grid = batch_load_grid(optarg, jerr, sizeof(jerr));

@@ -7,10 +7,17 @@
  * count as digits, Unicode whitespace may surround the number, single
  * underscores may separate digits, and int() refuses more than 4300 digits.
  */
+#include <limits.h>
+#include <math.h>
+#include <regex.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <yaml.h>
 
 #include "buf.h"
 #include "jsonx.h"
@@ -224,6 +231,417 @@ json_t *params_resolve_type(const char *v)
 	return r ? r : json_string(v);
 }
 
+/* ---- YAML, as papermill's -y and -b read it --------------------------------------- */
+
+#define YAML_MAX_WEIGHT 1000000  /* values, aliases expanded: no billion laughs */
+#define YAML_MAX_DEPTH 64
+#define YAML_MAX_ANCHORS 4096
+
+/* PyYAML's implicit resolvers (resolver.py), without timestamps. */
+static const char YAML_BOOL[] = "^(yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$";
+static const char YAML_INT[] = "^([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|"
+			       "[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)$";
+static const char YAML_FLOAT[] = "^([-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9][0-9_]*([eE][-+][0-9]+)?|"
+				 "[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN))$";
+
+struct yl {
+	yaml_parser_t parser;
+	regex_t re_bool, re_int, re_float;
+	struct { char *name; json_t *v; size_t weight; } anchors[YAML_MAX_ANCHORS];
+	size_t n_anchors, weight;
+	char *err;
+	size_t errlen;
+};
+
+static bool yl_match(const regex_t *re, const char *s)
+{
+	return regexec(re, s, 0, NULL, 0) == 0;
+}
+
+/* digits (no '_') in base 2, 8, 10 or 16 as decimal text, any size: out gets them. */
+static bool yl_to_decimal(const char *d, int base, struct buf *out)
+{
+	uint32_t limb[512]; /* base 1e9, little end first: 4608 decimal digits */
+	size_t n = 1;
+
+	limb[0] = 0;
+	for (; *d; d++) {
+		int v = *d >= '0' && *d <= '9' ? *d - '0' : (*d | 0x20) - 'a' + 10;
+		uint64_t carry = (uint64_t)v;
+		if (v < 0 || v >= base)
+			return false;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t x = (uint64_t)limb[i] * (uint64_t)base + carry;
+			limb[i] = (uint32_t)(x % 1000000000u);
+			carry = x / 1000000000u;
+		}
+		if (carry) {
+			if (n == sizeof(limb) / sizeof(limb[0]))
+				return false;
+			limb[n++] = (uint32_t)carry;
+		}
+	}
+	buf_printf(out, "%u", limb[n - 1]);
+	for (size_t i = n - 1; i-- > 0;)
+		buf_printf(out, "%09u", limb[i]);
+	return out->data != NULL;
+}
+
+/* PyYAML's construct_yaml_int (underscores gone, sign, 0b, 0x, 0 octal, base 60). */
+static json_t *yl_int(const char *text)
+{
+	struct buf clean = BUF_INIT(strlen(text) + 1), dec = BUF_INIT(8192);
+	const char *v;
+	bool neg = false, ok = true;
+	json_t *r = NULL;
+
+	for (const char *p = text; *p; p++)
+		if (*p != '_')
+			buf_append(&clean, p, 1);
+	v = clean.data ? clean.data : "";
+	if (*v == '-' || *v == '+')
+		neg = *v++ == '-';
+	if (!*v) {
+		ok = false;
+	} else if (!strcmp(v, "0")) {
+		buf_puts(&dec, "0");
+	} else if (!strncmp(v, "0b", 2)) {
+		ok = yl_to_decimal(v + 2, 2, &dec) && v[2];
+	} else if (!strncmp(v, "0x", 2)) {
+		ok = yl_to_decimal(v + 2, 16, &dec) && v[2];
+	} else if (v[0] == '0') {
+		ok = yl_to_decimal(v, 8, &dec);
+	} else if (strchr(v, ':')) {
+		/* base 60: each part at most two digits but the first */
+		long long acc = 0;
+		for (const char *p = v; ok && *p;) {
+			char *end;
+			long long part = strtoll(p, &end, 10);
+			ok = end > p && acc <= (LLONG_MAX - part) / 60;
+			acc = acc * 60 + part;
+			p = *end == ':' ? end + 1 : end;
+		}
+		buf_printf(&dec, "%lld", acc);
+	} else {
+		/* int(): at most 4300 digits */
+		ok = strlen(v) <= 4300 && yl_to_decimal(v, 10, &dec);
+	}
+	if (ok && dec.data) {
+		struct buf s = BUF_INIT(dec.len + 2);
+		if (neg && strcmp(dec.data, "0"))
+			buf_puts(&s, "-");
+		buf_puts(&s, dec.data);
+		r = s.data ? jsonx_integer_text(s.data, s.len) : NULL;
+		buf_free(&s);
+	}
+	buf_free(&clean);
+	buf_free(&dec);
+	return r;
+}
+
+/* PyYAML's construct_yaml_float. */
+static json_t *yl_float(const char *text)
+{
+	struct buf clean = BUF_INIT(strlen(text) + 1);
+	const char *v;
+	double sign = 1.0, d = 0.0;
+	json_t *r = NULL;
+
+	for (const char *p = text; *p; p++)
+		if (*p != '_') {
+			char c = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+			buf_append(&clean, &c, 1);
+		}
+	v = clean.data ? clean.data : "";
+	if (*v == '-' || *v == '+')
+		sign = *v++ == '-' ? -1.0 : 1.0;
+	if (!strcmp(v, ".inf")) {
+		d = sign * INFINITY;
+	} else if (!strcmp(v, ".nan")) {
+		d = NAN;
+	} else if (strchr(v, ':')) {
+		const char *p = v;
+		while (*p) {
+			char *end;
+			d = d * 60 + strtod(p, &end);
+			p = *end == ':' ? end + 1 : end;
+			if (end == p && *p)
+				break;
+		}
+		d *= sign;
+	} else if (*v) {
+		char *end;
+		d = sign * strtod(v, &end);
+		if (*end)
+			v = "";
+	}
+	if (*v)
+		r = isfinite(d) ? json_real(d) : jsonx_nonfinite(d);
+	buf_free(&clean);
+	return r;
+}
+
+/* A scalar as PyYAML's SafeLoader makes it: quoted or !!str stays text. */
+static json_t *yl_scalar(struct yl *y, const yaml_event_t *ev)
+{
+	const char *s = (const char *)ev->data.scalar.value, *tag = (const char *)ev->data.scalar.tag;
+	bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+
+	if (strlen(s) != ev->data.scalar.length || !text_utf8_valid(s, ev->data.scalar.length))
+		return NULL;
+	if (tag && !strcmp(tag, YAML_STR_TAG))
+		return json_string(s);
+	if (tag && !strcmp(tag, YAML_INT_TAG))
+		return yl_int(s);
+	if (tag && !strcmp(tag, YAML_FLOAT_TAG))
+		return yl_float(s);
+	if (tag && !strcmp(tag, YAML_NULL_TAG))
+		return json_null();
+	if (tag && !strcmp(tag, YAML_BOOL_TAG)) {
+		if (!strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
+			return json_true();
+		if (!strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcasecmp(s, "off"))
+			return json_false();
+		return NULL;
+	}
+	if (tag && strcmp(tag, "!"))
+		return NULL; /* another tag: not what a safe loader builds */
+	if (!plain || (tag && !strcmp(tag, "!")))
+		return json_string(s);
+	if (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"))
+		return json_null();
+	if (yl_match(&y->re_bool, s))
+		return strchr("yYtToO", s[0]) && strcasecmp(s, "off") ? json_true() : json_false();
+	if (yl_match(&y->re_float, s))
+		return yl_float(s);
+	if (yl_match(&y->re_int, s))
+		return yl_int(s);
+	return json_string(s);
+}
+
+static void yl_fail(struct yl *y, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void yl_fail(struct yl *y, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (y->err[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(y->err, y->errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* A mapping key as Python's str() of the key PyYAML made (papermill writes str keys). */
+static char *yl_key(json_t *k)
+{
+	const char *text;
+	char t[48];
+
+	if (jsonx_kind_of(k, &text) == JSONX_BIGINT)
+		return strdup(text);
+	if (jsonx_kind_of(k, &text) == JSONX_NONFINITE)
+		return strdup(text);
+	if (json_is_string(k))
+		return strndup(json_string_value(k), json_string_length(k));
+	if (json_is_integer(k)) {
+		snprintf(t, sizeof(t), "%" JSON_INTEGER_FORMAT, json_integer_value(k));
+		return strdup(t);
+	}
+	if (json_is_real(k)) {
+		jsonx_double_text(t, json_real_value(k));
+		if (!strpbrk(t, ".e"))
+			strcat(t, ".0");
+		return strdup(t);
+	}
+	if (json_is_boolean(k))
+		return strdup(json_is_true(k) ? "True" : "False");
+	if (json_is_null(k))
+		return strdup("None");
+	return NULL;
+}
+
+static json_t *yl_node(struct yl *y, yaml_event_t *ev, int depth);
+
+static bool yl_next(struct yl *y, yaml_event_t *ev)
+{
+	if (!yaml_parser_parse(&y->parser, ev)) {
+		yl_fail(y, "%s (line %zu)", y->parser.problem ? y->parser.problem : "not YAML",
+			y->parser.problem_mark.line + 1);
+		return false;
+	}
+	return true;
+}
+
+static void yl_anchor(struct yl *y, const yaml_char_t *anchor, json_t *v, size_t weight)
+{
+	if (!anchor || !v)
+		return;
+	if (y->n_anchors == YAML_MAX_ANCHORS) {
+		yl_fail(y, "more than %d anchors", YAML_MAX_ANCHORS);
+		return;
+	}
+	y->anchors[y->n_anchors].name = strdup((const char *)anchor);
+	y->anchors[y->n_anchors].v = json_incref(v);
+	y->anchors[y->n_anchors].weight = weight;
+	y->n_anchors++;
+}
+
+static json_t *yl_collection(struct yl *y, yaml_event_t *start, int depth)
+{
+	bool map = start->type == YAML_MAPPING_START_EVENT;
+	const char *tag = (const char *)(map ? start->data.mapping_start.tag : start->data.sequence_start.tag);
+	yaml_char_t *anchor = map ? start->data.mapping_start.anchor : start->data.sequence_start.anchor;
+	json_t *c = map ? json_object() : json_array();
+	size_t w0 = y->weight;
+
+	if (tag && strcmp(tag, map ? YAML_MAP_TAG : YAML_SEQ_TAG)) {
+		yl_fail(y, "tag %.60s is not one a safe loader builds", tag);
+		json_decref(c);
+		return NULL;
+	}
+	if (depth > YAML_MAX_DEPTH) {
+		yl_fail(y, "nested deeper than %d levels", YAML_MAX_DEPTH);
+		json_decref(c);
+		return NULL;
+	}
+	for (;;) {
+		yaml_event_t ev;
+		json_t *k = NULL, *v;
+		char *key = NULL;
+
+		if (!yl_next(y, &ev))
+			goto fail;
+		if (ev.type == (map ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT)) {
+			yaml_event_delete(&ev);
+			break;
+		}
+		if (map) {
+			k = yl_node(y, &ev, depth + 1);
+			yaml_event_delete(&ev);
+			if (!k)
+				goto fail;
+			key = yl_key(k);
+			json_decref(k);
+			if (!key) {
+				yl_fail(y, "a mapping key that is not a scalar");
+				goto fail;
+			}
+			if (!yl_next(y, &ev)) {
+				free(key);
+				goto fail;
+			}
+		}
+		v = yl_node(y, &ev, depth + 1);
+		yaml_event_delete(&ev);
+		if (!v || (map ? json_object_set_new(c, key, v) : json_array_append_new(c, v)) < 0) {
+			free(key);
+			goto fail;
+		}
+		free(key);
+	}
+	yl_anchor(y, anchor, c, y->weight - w0);
+	return c;
+fail:
+	json_decref(c);
+	return NULL;
+}
+
+static json_t *yl_node(struct yl *y, yaml_event_t *ev, int depth)
+{
+	json_t *v = NULL;
+
+	if (++y->weight > YAML_MAX_WEIGHT) {
+		yl_fail(y, "more than %d values (aliases expanded)", YAML_MAX_WEIGHT);
+		return NULL;
+	}
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+		v = yl_scalar(y, ev);
+		if (!v)
+			yl_fail(y, "the value '%.60s' cannot be read as its tag or type says",
+				(const char *)ev->data.scalar.value);
+		yl_anchor(y, ev->data.scalar.anchor, v, 1);
+		return v;
+	case YAML_ALIAS_EVENT:
+		for (size_t i = y->n_anchors; i-- > 0;)
+			if (!strcmp(y->anchors[i].name, (const char *)ev->data.alias.anchor)) {
+				y->weight += y->anchors[i].weight;
+				if (y->weight > YAML_MAX_WEIGHT) {
+					yl_fail(y, "more than %d values (aliases expanded)", YAML_MAX_WEIGHT);
+					return NULL;
+				}
+				return json_incref(y->anchors[i].v);
+			}
+		yl_fail(y, "unknown alias *%.60s", (const char *)ev->data.alias.anchor);
+		return NULL;
+	case YAML_SEQUENCE_START_EVENT:
+	case YAML_MAPPING_START_EVENT:
+		return yl_collection(y, ev, depth);
+	default:
+		yl_fail(y, "unexpected YAML event");
+		return NULL;
+	}
+}
+
+json_t *params_yaml_load(const char *text, size_t len, char *err, size_t errlen)
+{
+	struct yl *y = calloc(1, sizeof(*y));
+	yaml_event_t ev;
+	json_t *doc = NULL;
+	bool started = false;
+
+	err[0] = '\0';
+	if (!y) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	y->err = err;
+	y->errlen = errlen;
+	if (!text_utf8_valid(text, len)) {
+		snprintf(err, errlen, "not UTF-8 text");
+		free(y);
+		return NULL;
+	}
+	regcomp(&y->re_bool, YAML_BOOL, REG_EXTENDED | REG_NOSUB);
+	regcomp(&y->re_int, YAML_INT, REG_EXTENDED | REG_NOSUB);
+	regcomp(&y->re_float, YAML_FLOAT, REG_EXTENDED | REG_NOSUB);
+	yaml_parser_initialize(&y->parser);
+	yaml_parser_set_input_string(&y->parser, (const unsigned char *)text, len);
+	/* stream start, document start, the node, document end, stream end */
+	while (!err[0] && yl_next(y, &ev)) {
+		yaml_event_type_t t = ev.type;
+		if (t == YAML_STREAM_END_EVENT) {
+			yaml_event_delete(&ev);
+			break;
+		}
+		if (t == YAML_DOCUMENT_START_EVENT && started)
+			yl_fail(y, "more than one YAML document");
+		started |= t == YAML_DOCUMENT_START_EVENT;
+		if (t == YAML_SCALAR_EVENT || t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT ||
+		    t == YAML_ALIAS_EVENT) {
+			json_decref(doc);
+			doc = yl_node(y, &ev, 0);
+		}
+		yaml_event_delete(&ev);
+	}
+	if (!err[0] && !json_is_object(doc))
+		yl_fail(y, "the document is not a mapping of parameter names to values");
+	if (err[0]) {
+		json_decref(doc);
+		doc = NULL;
+	}
+	yaml_parser_delete(&y->parser);
+	regfree(&y->re_bool);
+	regfree(&y->re_int);
+	regfree(&y->re_float);
+	for (size_t i = 0; i < y->n_anchors; i++) {
+		free(y->anchors[i].name);
+		json_decref(y->anchors[i].v);
+	}
+	free(y);
+	return doc;
+}
+
 bool params_name_ok(const char *s)
 {
 	static const char *const keywords[] = {
@@ -246,25 +664,28 @@ bool params_name_ok(const char *s)
 
 int params_init(struct params *p)
 {
+	p->base64 = json_object();
 	p->yaml = json_object();
 	p->typed = json_object();
 	p->raw = json_object();
-	return p->yaml && p->typed && p->raw ? 0 : -1;
+	return p->base64 && p->yaml && p->typed && p->raw ? 0 : -1;
 }
 
 void params_free(struct params *p)
 {
+	json_decref(p->base64);
 	json_decref(p->yaml);
 	json_decref(p->typed);
 	json_decref(p->raw);
-	p->yaml = p->typed = p->raw = NULL;
+	p->base64 = p->yaml = p->typed = p->raw = NULL;
 }
 
 json_t *params_final(const struct params *p)
 {
 	json_t *all = json_object();
 
-	if (!all || json_object_update(all, p->yaml) < 0 || json_object_update(all, p->typed) < 0 ||
+	if (!all || json_object_update(all, p->base64) < 0 || json_object_update(all, p->yaml) < 0 ||
+	    json_object_update(all, p->typed) < 0 ||
 	    json_object_update(all, p->raw) < 0) {
 		json_decref(all);
 		return NULL;

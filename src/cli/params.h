@@ -20,11 +20,20 @@ json_t *params_resolve_type(const char *value);
 bool params_name_ok(const char *name);
 
 /*
+ * A YAML document read as papermill reads -y and -b (PyYAML's SafeLoader
+ * without timestamps, YAML 1.1 scalars: yes/no/on/off booleans, 0x, 0b,
+ * octal and base-60 integers of any size, .inf and .nan): the mapping it
+ * holds, or NULL with a one-line reason in err. JSON is YAML.
+ */
+json_t *params_yaml_load(const char *text, size_t len, char *err, size_t errlen);
+
+/*
  * Parameters in papermill's order of precedence, whatever the order on the
- * command line: -y documents, then -p, then -r (a later layer wins, and
- * within a layer the later option).
+ * command line: -b documents, then -y, then -p, then -r (a later layer
+ * wins, and within a layer the later option).
  */
 struct params {
+	json_t *base64; /* -b */
 	json_t *yaml; /* -y */
 	json_t *typed; /* -p */
 	json_t *raw;  /* -r */

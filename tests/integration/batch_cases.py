@@ -184,6 +184,14 @@ def case_params_papermill():
                              "-p", "hx", "0x1f", "-p", "t", "true", "-p", "i", "inf", "-p", "n", "nan",
                              "-p", "f", "1e5", "-p", "e", "", "-p", "u", "1_000",
                              "-y", '{"r": "from -y", "y": 7, "big": 1}', "-p", "r", "typed", nb])
+    # -y is YAML as papermill reads it (JSON is YAML), -b the same in base64;
+    # -b, then -y, then -p, then -r win
+    import base64
+    rc2, report2, err2 = batch(["-o", out + "2", "-y", "flag: yes\nhx: 0x1f\nlst: [1, .inf]\ndate: 2001-12-14",
+                               "-b", base64.b64encode(b"flag: no\nonly_b: 1").decode(), nb])
+    check(rc2 == 0, "exit %d %s" % (rc2, err2[-500:]))
+    check(report2["notebooks"][0]["params"] == {"flag": True, "only_b": 1, "hx": 31, "lst": [1, "inf"],
+                                                "date": "2001-12-14"}, report2["notebooks"][0]["params"])
     check(rc == 0, "exit %d %s" % (rc, err[-500:]))
     validate_report(report)
     entry = report["notebooks"][0]
@@ -199,7 +207,8 @@ def case_params_papermill():
                               "e": "", "u": 1000}, entry["params"])
     # a value that cannot be represented, a name that cannot be assigned: usage errors
     for args in (["-p", "x", b"\xff".decode("utf-8", "surrogateescape")], ["-p", "not-a-name", "1"],
-                 ["-r", "class", "1"], ["-y", '{"a b": 1}']):
+                 ["-r", "class", "1"], ["-y", '{"a b": 1}'], ["-y", "[1, 2]"], ["-b", "!!!"],
+                 ["-y", "a: !!python/object:os.system x"]):
         p = subprocess.run([NBRUN, "batch", "-o", os.path.join(d, "no")] + args + [nb],
                            capture_output=True, timeout=30)
         check(p.returncode == 2, "%r: exit %d" % (args, p.returncode))

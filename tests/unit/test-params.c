@@ -392,6 +392,106 @@ static void inject_records_parameters(void **state)
 	json_decref(nb);
 }
 
+/* -y and -b: YAML as PyYAML's SafeLoader (no timestamps) reads it; the
+ * expected values were taken from PyYAML 6. */
+static const struct typing yaml_cases[] = {
+	{ "yes", "true", NULL }, { "No", "false", NULL }, { "on", "true", NULL }, { "OFF", "false", NULL },
+	{ "true", "true", NULL }, { "y", "str", "y" }, { "n", "str", "n" }, { "~", "null", NULL },
+	{ "null", "null", NULL }, { "Null", "null", NULL }, { "", "null", NULL },
+	{ "0b101", "int", "5" }, { "0o17", "str", "0o17" }, { "017", "int", "15" }, { "0x1F", "int", "31" },
+	{ "0x_1f", "int", "31" }, { "1_000", "int", "1000" }, { "+12", "int", "12" }, { "-0", "int", "0" },
+	{ "012345678901234567890123456789", "str", "012345678901234567890123456789" },
+	{ "0x123456789abcdef0123456789", "bigint", "90144042682896311822508713865" },
+	{ "123456789012345678901234567890", "bigint", "123456789012345678901234567890" },
+	{ "190:20:30", "int", "685230" }, { "1e5", "str", "1e5" }, { "1.0e5", "str", "1.0e5" },
+	{ "1.0e+5", "float", "100000" }, { ".5", "float", "0.5" }, { "1.", "float", "1" },
+	{ ".inf", "inf", "inf" }, { "-.Inf", "inf", "-inf" }, { ".NaN", "inf", "nan" }, { "+.inf", "inf", "inf" },
+	{ "1:30.5", "float", "90.5" }, { "2001-12-14", "str", "2001-12-14" }, { "0.1", "float", "0.1" },
+	{ "1__0", "int", "10" }, { "'quoted 1'", "str", "quoted 1" }, { "\"2\"", "str", "2" },
+	{ "!!str 12", "str", "12" }, { "!!int '7'", "int", "7" }, { "!!float 3", "float", "3" },
+	{ "08", "str", "08" }, { "0_7", "int", "7" }, { "-0b11", "int", "-3" }, { ".", "str", "." },
+	{ "1_2.3_4", "float", "12.34" },
+};
+
+static void yaml_as_pyyaml(void **state)
+{
+	char err[200], doc[200];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(yaml_cases) / sizeof(yaml_cases[0]); i++) {
+		const struct typing *t = &yaml_cases[i];
+		json_t *m, *v;
+		const char *text = NULL;
+		enum jsonx_kind k;
+
+		snprintf(doc, sizeof(doc), "k: %s\n", t->in);
+		m = params_yaml_load(doc, strlen(doc), err, sizeof(err));
+		if (!m)
+			fail_msg("'%s': %s", t->in, err);
+		v = json_object_get(m, "k");
+		k = jsonx_kind_of(v, &text);
+		if (!strcmp(t->kind, "str")) {
+			if (!json_is_string(v) || k != JSONX_PLAIN || strcmp(json_string_value(v), t->want))
+				fail_msg("'%s': not the string %s", t->in, t->want);
+		} else {
+			struct typing u = { NULL, t->kind, t->want };
+			/* the same checks as -p typing, on the value made */
+			if (!strcmp(t->kind, "true") ? !json_is_true(v) : !strcmp(t->kind, "false") ? !json_is_false(v)
+			    : !strcmp(t->kind, "null") ? !json_is_null(v)
+			    : !strcmp(t->kind, "int") ? !json_is_integer(v) || json_integer_value(v) != strtoll(t->want, NULL, 10)
+			    : !strcmp(t->kind, "bigint") ? k != JSONX_BIGINT || strcmp(text, t->want)
+			    : !strcmp(t->kind, "float") ? !json_is_real(v) || json_real_value(v) != strtod(t->want, NULL)
+			    : k != JSONX_NONFINITE || strcmp(text, t->want))
+				fail_msg("'%s': not %s %s", t->in, t->kind, t->want ? t->want : "");
+			(void)u;
+		}
+		json_decref(m);
+	}
+}
+
+static void yaml_documents(void **state)
+{
+	static const char *const bad[] = {
+		"", "- 1\n- 2\n", "just text", "a: 1\n---\nb: 2\n", "a: !!python/object:os.system x\n",
+		"a: [1, 2\n", "a: *nothing\n", "a: !!int abc\n", "a: \"\\x00\"\n",
+		/* a billion laughs */
+		"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+		"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+		"e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+		"g: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n",
+	};
+	static const char good[] = "# comment\nname: &n report\nalpha: 0.5\nitems: [1, two, {3: yes}]\n"
+				   "again: *n\nnested:\n  big: 0x123456789abcdef0123456789\n  when: 2001-12-14\n";
+	static const char json[] = "{\"x\": [1, 2.5, \"s\"], \"y\": null, \"z\": true}";
+	char err[200], *out;
+	json_t *m;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		m = params_yaml_load(bad[i], strlen(bad[i]), err, sizeof(err));
+		if (m)
+			fail_msg("'%s' was accepted", bad[i]);
+		assert_true(err[0] != '\0');
+	}
+	m = params_yaml_load(good, strlen(good), err, sizeof(err));
+	if (!m)
+		fail_msg("%s", err);
+	out = jsonx_dumps(m);
+	assert_string_equal(out, "{\"name\":\"report\",\"alpha\":0.5,\"items\":[1,\"two\",{\"3\":true}],"
+				 "\"again\":\"report\",\"nested\":{\"big\":90144042682896311822508713865,"
+				 "\"when\":\"2001-12-14\"}}");
+	free(out);
+	json_decref(m);
+	/* JSON is YAML */
+	m = params_yaml_load(json, strlen(json), err, sizeof(err));
+	if (!m)
+		fail_msg("%s", err);
+	out = jsonx_dumps(m);
+	assert_string_equal(out, "{\"x\":[1,2.5,\"s\"],\"y\":null,\"z\":true}");
+	free(out);
+	json_decref(m);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,6 +506,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(inject_exact_values),
 		cmocka_unit_test(inject_in_place),
 		cmocka_unit_test(inject_records_parameters),
+		cmocka_unit_test(yaml_as_pyyaml),
+		cmocka_unit_test(yaml_documents),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
