@@ -32,6 +32,8 @@ static void run_help(void)
 	       "as it is, in the language of its kernelspec.\n"
 	       "\n"
 	       "  -c, --code CODE       the code to run\n"
+	       "  --stream              print stdout and stderr as the code writes them (then\n"
+	       "                        the rest of the result: values, error, images, files)\n"
 	       "  -l, --language LANG   %s (default: from the\n"
 	       "                        file's extension, .py .R .js .ts .sh; else python)\n"
 	       "Remote (an 'nbrun serve' runs it; same output, files and exit codes):\n"
@@ -148,14 +150,33 @@ static int run_remote(struct cli_run_args *args, const char *server, const char 
 	return cli_remote_run(&r);
 }
 
+/* After --stream: the result less what was already printed as it came. */
+static int run_report_streamed(const struct nbrun_result *res)
+{
+	char *text = NULL;
+	json_t *doc = NULL;
+
+	if (nbrun_result_to_json(&text, res, 0) == 0)
+		doc = json_loads(text, JSON_ALLOW_NUL, NULL);
+	free(text);
+	if (doc) {
+		json_object_set_new(doc, "stdout", json_string(""));
+		json_object_set_new(doc, "stderr", json_string(""));
+		cli_print_doc(stdout, doc, isatty(STDOUT_FILENO));
+		json_decref(doc);
+	}
+	return cli_exit_for_status(nbrun_result_status(res));
+}
+
 int cmd_run(int argc, char **argv)
 {
-	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE, OPT_LANGUAGE };
+	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE, OPT_LANGUAGE, OPT_STREAM };
 	static const struct option longopts[] = {
 		{ "code", required_argument, NULL, 'c' },
 		{ "server", required_argument, NULL, OPT_SERVER },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		{ "language", required_argument, NULL, 'l' },
+		{ "stream", no_argument, NULL, OPT_STREAM },
 		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -166,7 +187,7 @@ int cmd_run(int argc, char **argv)
 	bool timeout_set = false;
 	char *text = NULL;
 	size_t text_len = 0;
-	bool json = false, quiet = false;
+	bool json = false, quiet = false, stream = false;
 	struct nbrun_ctx *ctx = NULL;
 	struct nbrun_result *res = NULL;
 	struct sigaction sa;
@@ -186,6 +207,7 @@ int cmd_run(int argc, char **argv)
 		case OPT_TOKEN_FILE: token_file = optarg; break;
 		case 'o': args.opts.out_dir = optarg; break;
 		case 'q': quiet = true; break;
+		case OPT_STREAM: stream = true; break;
 		case CLI_OPT_JSON: json = true; break;
 		case 'h':
 			run_help();
@@ -263,8 +285,10 @@ int cmd_run(int argc, char **argv)
 		ret = run_remote(&args, server, token_file, code, input, text, text_len, json, timeout_set);
 		goto out;
 	}
-	if (!quiet && isatty(STDERR_FILENO))
+	if (!quiet && isatty(STDERR_FILENO) && !stream)
 		args.opts.progress = run_progress;
+	if (stream && !json)
+		args.opts.on_event = cli_stream_event;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = run_on_signal;
@@ -280,7 +304,10 @@ int cmd_run(int argc, char **argv)
 		rc = nbrun_run_notebook(&res, ctx, text, text_len, &args.opts);
 	else
 		rc = nbrun_run_code(&res, ctx, code ? code : text, &args.opts);
-	ret = cli_report(rc, ctx, res, json);
+	if (stream && !json && rc == 0)
+		ret = run_report_streamed(res);
+	else
+		ret = cli_report(rc, ctx, res, json);
 out:
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);

@@ -22,7 +22,7 @@
 
 /* ---- live events, printed ----------------------------------------------------------- */
 
-/* Text of a stream output or a text/plain value, as it comes. */
+/* The text of a stream output, as it comes. */
 void cli_stream_event(const char *json, size_t len, void *payload)
 {
 	json_t *ev = json_loadb(json, len, 0, NULL), *out = json_object_get(ev, "output");
@@ -38,15 +38,8 @@ void cli_stream_event(const char *json, size_t len, void *payload)
 		if (text)
 			fputs(text, fp);
 		fflush(fp);
-	} else if (!strcmp(type, "execute_result") || !strcmp(type, "display_data")) {
-		json_t *data = json_object_get(out, "data");
-		text = json_string_value(json_object_get(data, "text/plain"));
-		if (json_object_get(data, "image/png") || json_object_get(data, "image/svg+xml"))
-			printf("[an image: it is saved with the execution's outputs]\n");
-		else if (text && !strcmp(type, "execute_result"))
-			printf("%s\n", text);
-		fflush(stdout);
 	}
+	/* Values, images and errors are printed from the result once the cell ends. */
 	/* An error is printed with its traceback once the execution ends. */
 out:
 	json_decref(ev);
@@ -227,6 +220,8 @@ static void session_execute(struct nbrun_session *s, const char *code, const cha
 	if (nbrun_session_execute(&res, s, code, &eo) < 0) {
 		cli_error("%s", nbrun_session_errmsg(s));
 	} else {
+		for (size_t i = 0; i < nbrun_result_value_count(res); i++)
+			printf("%s\n", nbrun_result_value(res, i));
 		if (nbrun_result_error(res, &name, &value, &tb) == 1 && tb && *tb)
 			fprintf(stderr, "%s\n", tb);
 		for (size_t i = 0; i < nbrun_result_image_count(res); i++)

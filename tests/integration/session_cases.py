@@ -364,6 +364,24 @@ def case_cli_session():
     return "a prompt over stdin: state kept, a block, an image saved, :files :get :save, an error then state still there; sandbox removed"
 
 
+def case_run_stream():
+    code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(1)\n6 * 7\n"
+    args = [NBRUN, "run", "--stream", "-o", tempfile.mkdtemp(prefix="nbrun-run-stream-") + "/out", "-c", code]
+    if os.environ.get("NBRUN_TEST_IMAGE"):
+        args += ["--image", os.environ["NBRUN_TEST_IMAGE"]]
+    t0 = time.monotonic()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = [(time.monotonic() - t0, l) for l in p.stdout]
+    p.wait(120)
+    check(p.returncode == 0, "exit %d: %s" % (p.returncode, p.stderr.read()))
+    texts = [l for _, l in lines]
+    check(texts[:3] == ["0\n", "1\n", "2\n"] and "42" in texts[-1] and len(texts) == 4,
+          "output: %r" % texts)
+    gap = lines[-1][0] - lines[0][0]
+    check(gap >= 1.5, "the first line came only %.2f s before the last" % gap)
+    return "nbrun run --stream printed the first line %.2f s before the value" % gap
+
+
 def main():
     cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
