@@ -486,7 +486,9 @@ static int job_reply_errors(struct nbrun__job *j, const json_t *nb, const struct
 
 	snprintf(name, sizeof(name), "%s", e->err_name);
 	snprintf(value, sizeof(value), "%s", e->err_value);
-	if (cell < 0 && !(e->done && !strcmp(e->status, "error")))
+	/* Only an execution that ended `error`: a dead kernel's cell says error
+	 * too, but the run failed, and says why. */
+	if (!e->done || strcmp(e->status, "error"))
 		return 0;
 	if (!name[0] || cell < 0) {
 		int c = -1;
@@ -870,7 +872,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		wrc = job_papermill_metadata(j, nb, &e);
 		if (wrc == 0)
 			wrc = job_error_markers(j, nb);
-		if (wrc == 0)
+		/* a dead kernel or a lost sandbox ends papermill before any marker too */
+		if (wrc == 0 && e.done && !strcmp(e.status, "error"))
 			wrc = job_write_notebook(j, nb);
 		if (wrc < 0)
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
