@@ -782,8 +782,10 @@ static int job_error_markers(struct nbrun__job *j, json_t *nb)
 	const json_t *count;
 	char msg[512], n[32];
 
+	/* a cell timeout ends papermill with its own exception, before any marker */
 	if (j->session || !job_stops_on_error(j) || nbrun_result_status(j->result) != NBRUN_STATUS_ERROR ||
-	    !json_is_object(err) || at < 0 || (size_t)at >= json_array_size(cells))
+	    !json_is_object(err) || at < 0 || (size_t)at >= json_array_size(cells) ||
+	    job_timed_out_cell(nb) >= 0)
 		return 0;
 	count = json_object_get(json_array_get(cells, (size_t)at), "execution_count");
 	if (json_is_integer(count))
@@ -870,7 +872,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
 		/* written after the parse: the markers are not cells of the run */
 		wrc = job_papermill_metadata(j, nb, &e);
-		if (wrc == 0)
+		/* a dead kernel or a lost sandbox ends papermill before any marker too */
+		if (wrc == 0 && e.done && !strcmp(e.status, "error"))
 			wrc = job_error_markers(j, nb);
 		/* a dead kernel or a lost sandbox ends papermill before any marker too */
 		if (wrc == 0 && e.done && !strcmp(e.status, "error"))

@@ -273,6 +273,46 @@ def case_papermill_output():
     check(report["notebooks"][0]["result"]["stdout"] == "42\n", report["notebooks"][0]["result"]["stdout"])
 
 
+# What papermill does with each notebook (papermill/execute.py, cli.py and its
+# documentation), and the exit code nbrun gives it (README: Coming from papermill).
+PARITY = [
+    # name, cells, extra args, papermill: (exit, executed cells), nbrun exit, status
+    ("ok", ["x = 1", "print(x + 1)"], [], (0, 2), 0, "ok"),
+    ("raises", ["print('a')", "raise ValueError('v')", "print('never')"], [], (1, 2), 1, "error"),
+    ("exit_clean", ["print('a')", "import sys; sys.exit()", "print('never')"], [], (0, 2), 0, "ok"),
+    ("exit_zero", ["import sys; sys.exit(0)", "print('never')"], [], (0, 1), 0, "ok"),
+    ("raise_systemexit", ["raise SystemExit", "print('never')"], [], (0, 1), 0, "ok"),
+    ("exit_code", ["import sys; sys.exit(3)", "print('never')"], [], (1, 1), 1, "error"),
+    ("magic_error", ["%undefined_magic_xyz", "print('never')"], [], (1, 1), 1, "error"),
+    ("cell_timeout", ["import time; time.sleep(60)", "print('never')"], ["--cell-timeout", "3s"], (1, 1), 3, "timeout"),
+    ("kernel_dies", ["import os; os._exit(1)", "print('never')"], [], (1, 1), 5, "failed"),
+]
+
+
+def case_papermill_parity():
+    d = tempfile.mkdtemp(prefix="nbrun-parity-")
+    for name, cells, extra, (pm_exit, pm_ran), want_exit, want_status in PARITY:
+        path = notebook(os.path.join(d, name + ".ipynb"), *cells)
+        out = os.path.join(d, name)
+        p = subprocess.run([NBRUN, "run", "--json", "-o", out] + extra + [path], capture_output=True,
+                           text=True, timeout=300)
+        doc = json.loads(p.stdout)
+        check(p.returncode == want_exit and doc["status"] == want_status,
+              "%s: exit %d %s (papermill exits %d; nbrun must %d %s)" % (name, p.returncode, doc["status"],
+                                                                        pm_exit, want_exit, want_status))
+        check((p.returncode == 0) == (pm_exit == 0), "%s: success differs from papermill's" % name)
+        with open(os.path.join(out, "notebook.ipynb")) as f:
+            ex = json.load(f)
+        code = [c for c in ex["cells"] if c["cell_type"] == "code"]
+        ran = [c for c in code if c["metadata"]["papermill"]["status"] != "pending"]
+        check(len(ran) == pm_ran, "%s: %d cells executed, papermill executes %d" % (name, len(ran), pm_ran))
+        check("never" not in doc["stdout"], "%s: a cell after the stop ran" % name)
+        markers = [c for c in ex["cells"] if "papermill-error-cell-tag" in c["metadata"].get("tags", [])]
+        check(len(markers) == (2 if want_status == "error" else 0),
+              "%s: %d error markers (papermill writes two for a raising cell)" % (name, len(markers)))
+        check(ex["nbformat_minor"] == 5 and "papermill" in ex["metadata"], "%s: papermill metadata" % name)
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):
