@@ -761,6 +761,31 @@ def make_big_notebook(path, target_bytes):
     return os.path.getsize(path), i * per_cell
 
 
+def section_long(b, cells, reps):
+    """A notebook of many trivial cells, nbrun run against plain nbconvert --execute
+    (baseline A): quadratic once, when a partial notebook was rewritten after every cell."""
+    path = os.path.join(b.work, "long.ipynb")
+    write_json(path, notebook(["x = %d" % i for i in range(cells)]))
+    say("long: %d trivial cells x %d: baseline A, nbrun run" % (cells, reps))
+    res = {"cells": cells, "baseline": [], "nbrun": []}
+    for r in range(reps):
+        tick("long rep %d/%d: baseline A" % (r + 1, reps))
+        p = b.baseline_run(nb_path=path, name="long")
+        res["baseline"].append(p.wall_ms if p.ok else None)
+        tick("long rep %d/%d: nbrun run" % (r + 1, reps))
+        out = b._dir("long-nbrun")
+        p = run_measured([b.nbrun, "run", "--json", "-q", "--timeout", "30m", "-o", out, path], env=b.env)
+        try:
+            ok = p.rc == 0 and json.loads(p.stdout).get("cells") == cells
+        except ValueError:
+            ok = False
+        if not ok:
+            b.fail("nbrun run (%d cells)" % cells, "exit %d" % p.rc)
+        res["nbrun"].append(p.wall_ms if ok else None)
+    tick_done()
+    return res
+
+
 def section_parse(b, mb, n):
     path = os.path.join(b.work, "big.ipynb")
     size, images = make_big_notebook(path, mb * 1000 * 1000)
@@ -1404,7 +1429,9 @@ def main():
     ap.add_argument("--warm-pool", type=int, help="pool size of the warm server (4; quick 1)")
     ap.add_argument("--warm-sustained", type=int,
                     help="back-to-back print(1) requests at concurrency 1 and 2 (20; quick 2)")
-    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs")
+    ap.add_argument("--long-cells", type=int, help="cells of the long notebook (1000; quick 100)")
+    ap.add_argument("--long-runs", type=int, help="runs of the long notebook, each side (3; quick 1)")
+    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs,long")
     ap.add_argument("--wait-idle", type=float, default=0,
                     help="wait up to this many minutes for the 1-min load to fall below nproc/2")
     ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
@@ -1423,8 +1450,10 @@ def main():
     args.warm_runs = args.warm_runs or (1 if q else 20)
     args.warm_pool = args.warm_pool or (1 if q else 4)
     args.warm_sustained = args.warm_sustained or (2 if q else 20)
-    sections = set((args.only or "cold,phases,warm,batch,parse,langs").split(","))
-    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs"}
+    args.long_cells = args.long_cells or (100 if q else 1000)
+    args.long_runs = args.long_runs or (1 if q else 3)
+    sections = set((args.only or "cold,phases,warm,batch,parse,langs,long").split(","))
+    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs", "long"}
     if unknown:
         print("bench: error: --only: unknown section(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
         return 2
@@ -1461,7 +1490,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="nbrun-bench-")
     b = Bench(args, work)
-    cold = phases = warm = batch = parse = langs = None
+    cold = phases = warm = batch = parse = langs = long_ = None
     t_all = time.monotonic()
     try:
         with LoadSampler() as sampler:
@@ -1477,6 +1506,8 @@ def main():
                 parse = section_parse(b, args.parse_mb, args.parse_runs)
             if "langs" in sections:
                 langs = section_langs(b, 1 if q else 5)
+            if "long" in sections:
+                long_ = section_long(b, args.long_cells, args.long_runs)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -1651,6 +1682,24 @@ def main():
         targets.append(("batch -j 1 throughput vs baseline A sequential (info)",
                         "%.2fx" % r1 if r1 else "-", "-", None))
 
+    # ---- long notebooks
+    if long_:
+        base = dist(long_["baseline"])
+        nbr = dist(long_["nbrun"])
+        r = ratio(nbr["p50"], base["p50"])
+        metric("long.cells", long_["cells"], "cells", "none")
+        metric("long.baseline.wall_ms", base, "ms", "lower")
+        metric("long.nbrun.wall_ms", nbr, "ms", "lower")
+        metric("long.ratio", r, "x", "lower", note="nbrun run p50 / plain nbconvert p50")
+        out.append("== a notebook of %d trivial cells: nbrun run vs baseline A (plain nbconvert --execute)"
+                   % long_["cells"])
+        out.append(table(["", "n", "min", "p50", "p90", "p99", "max"],
+                         [dist_row("baseline A wall ms", base), dist_row("nbrun run wall ms", nbr)]))
+        out.append("")
+        targets.append(("%d trivial cells: nbrun run vs plain nbconvert (p50)" % long_["cells"],
+                        "%.2fx (%.1f vs %.1f s)" % (r, nbr["p50"] / 1000, base["p50"] / 1000) if r else "-",
+                        "<= 1.5x", None if r is None else r <= 1.5))
+
     # ---- parse
     if parse and parse["runs"]:
         size = parse["file_bytes"]
@@ -1717,6 +1766,7 @@ def main():
         "config": {"runs": args.runs, "phase_runs": args.phase_runs, "batch_size": args.batch_size,
                    "batch_reps": args.batch_reps, "parse_mb": args.parse_mb,
                    "parse_runs": args.parse_runs, "warm_runs": args.warm_runs,
+                   "long_cells": args.long_cells, "long_runs": args.long_runs,
                    "warm_pool": args.warm_pool, "warm_sustained": args.warm_sustained,
                    "sections": sorted(sections)},
         "load": {"before": load_before, "after": load_after, "during_1min": during,
