@@ -875,8 +875,7 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		/* a dead kernel or a lost sandbox ends papermill before any marker too */
 		if (wrc == 0 && e.done && !strcmp(e.status, "error"))
 			wrc = job_error_markers(j, nb);
-		/* a dead kernel or a lost sandbox ends papermill before any marker too */
-		if (wrc == 0 && e.done && !strcmp(e.status, "error"))
+		if (wrc == 0)
 			wrc = job_write_notebook(j, nb);
 		if (wrc < 0)
 			nbrun__result_set_status(j->result, NBRUN_STATUS_FAILED, nbrun_ctx_errmsg(j->ctx));
