@@ -358,8 +358,9 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	run_reset_cells(nb);
 	/* the executed notebook is nbformat 4.5, as papermill writes it */
-	if (nbrun__notebook_upgrade(nb, ctx) < 0)
-		return nbrun_ctx_errmsg(ctx)[0] ? NBRUN_ENOMEM : NBRUN_ENOMEM;
+	rc = nbrun__notebook_upgrade(nb, ctx);
+	if (rc < 0)
+		return rc;
 	text = json_dumps(nb, JSON_INDENT(1));
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");

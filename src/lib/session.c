@@ -536,6 +536,7 @@ out:
 		nbrun__result_write(NULL, res, dfd);
 	}
 	nbrun_result_free(res);
+	nbrun__out_dir_release(dfd);
 	if (dfd >= 0)
 		close(dfd);
 	free(dir);

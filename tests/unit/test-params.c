@@ -434,7 +434,6 @@ static void yaml_as_pyyaml(void **state)
 			if (!json_is_string(v) || k != JSONX_PLAIN || strcmp(json_string_value(v), t->want))
 				fail_msg("'%s': not the string %s", t->in, t->want);
 		} else {
-			struct typing u = { NULL, t->kind, t->want };
 			/* the same checks as -p typing, on the value made */
 			if (!strcmp(t->kind, "true") ? !json_is_true(v) : !strcmp(t->kind, "false") ? !json_is_false(v)
 			    : !strcmp(t->kind, "null") ? !json_is_null(v)
@@ -443,7 +442,6 @@ static void yaml_as_pyyaml(void **state)
 			    : !strcmp(t->kind, "float") ? !json_is_real(v) || json_real_value(v) != strtod(t->want, NULL)
 			    : k != JSONX_NONFINITE || strcmp(text, t->want))
 				fail_msg("'%s': not %s %s", t->in, t->kind, t->want ? t->want : "");
-			(void)u;
 		}
 		json_decref(m);
 	}
