@@ -191,7 +191,7 @@ def case_interrupt_restart():
         st, doc = result["r"]
         check(st == 200 and doc["status"] == "error" and doc["error"]["name"] == "KeyboardInterrupt",
               "interrupted execute: %d %r" % (st, doc))
-        check(secs < 2.0, "interrupt took %.2f s" % secs)
+        # (how fast is for bench/: here only that it stopped, the thread's join above)
         doc = ok(srv, sid, "print(keep, n > 0)")
         check(doc["stdout"] == "me True\n", "state after interrupt: %r" % doc["stdout"])
         st, doc = srv.json("/v1/sessions/%s/restart" % sid, {}, method="POST")
