@@ -123,13 +123,6 @@ int cli_exit_for_error(int err);
  */
 void cli_put_safe(FILE *fp, const char *s, bool newlines);
 
-/*
- * Untrusted text for a person: C0 (but newline and tab when newlines), DEL
- * and C1 controls as '?', bidi overrides and other format characters as
- * \uXXXX, so that a name cannot rewrite or reorder what a terminal shows.
- */
-void cli_put_safe(FILE *fp, const char *s, bool newlines);
-
 /* "nbrun: warning: the host disk is full..." when a result document (NULL
  * is fine) skipped entries for want of disk space on the host. */
 void cli_warn_disk_full(const json_t *doc, const char *where);
