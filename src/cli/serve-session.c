@@ -88,14 +88,15 @@ static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, 
 static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, const char *kind,
 				       const char *fmt, ...)
 {
+	struct serve_reply r = { 0, NULL, 0 };
 	char msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	msg[strcspn(msg, "\r\n")] = '\0';
-	return sess_json(status, code, json_pack("{s:s, s:s}", "error", msg, "kind", kind));
+	serve_reply_error(&r, code, kind, "%s", msg);
+	return sess_json(status, r.status, r.body);
 }
 
 static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const char *msg)
