@@ -1187,17 +1187,18 @@ def warm_session(b, srv, runs):
                 return res
             res["stream_first_ms"].append(f)
             res["stream_total_ms"].append(t)
-        for i in range(max(runs, 3)):
-            srv.wait_full()
-            tick("warm: streamed run %d" % (i + 1))
-            f, t, last = first_line_ms(srv, "/v1/runs", {"code": code})
-            if last.get("status") != "ok":
-                b.fail("warm session", "streamed run: %r" % str(last)[:300])
-                return res
-            res["run_first_ms"].append(f)
-            res["run_total_ms"].append(t)
     finally:
         srv.client.request("DELETE", "/v1/sessions/%s" % sid)
+    # the session's container is gone before the pool counts as full again
+    for i in range(max(runs, 3)):
+        srv.wait_full()
+        tick("warm: streamed run %d" % (i + 1))
+        f, t, last = first_line_ms(srv, "/v1/runs", {"code": code})
+        if last.get("status") != "ok":
+            b.fail("warm session", "streamed run: %r" % str(last)[:300])
+            return res
+        res["run_first_ms"].append(f)
+        res["run_total_ms"].append(t)
     return res
 
 
