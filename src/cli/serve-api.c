@@ -513,6 +513,15 @@ void serve_add_refs(json_t *doc, const char *prefix, int run_fd, bool inline_dat
 	}
 }
 
+/* The urls of a kept run's outputs: /v1/runs/{id}/... */
+static void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data)
+{
+	char prefix[128];
+
+	snprintf(prefix, sizeof(prefix), "/v1/runs/%s", run_id);
+	serve_add_refs(doc, prefix, run_fd, inline_data);
+}
+
 /* result.json, atomically, in the run's directory. */
 static int serve_write_result(int run_fd, const json_t *doc)
 {
@@ -672,11 +681,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 		serve_reply_error(reply, 500, "internal", "cannot write the run's result.json");
 		goto out;
 	}
-	{
-		char prefix[128];
-		snprintf(prefix, sizeof(prefix), "/v1/runs/%s", run_id);
-		serve_add_refs(doc, prefix, run_fd, true);
-	}
+	serve_add_run_refs(doc, run_id, run_fd, true);
 	reply->status = 200;
 	reply->body = doc;
 	doc = NULL;
@@ -709,11 +714,7 @@ void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char
 	doc = json_loadfd(fd, 0, NULL);
 	if (!json_is_object(doc))
 		goto out;
-	{
-		char prefix[128];
-		snprintf(prefix, sizeof(prefix), "/v1/runs/%s", run_id);
-		serve_add_refs(doc, prefix, run_fd, false);
-	}
+	serve_add_run_refs(doc, run_id, run_fd, false);
 	reply->status = 200;
 	reply->body = doc;
 	doc = NULL;

@@ -63,33 +63,48 @@ static int job_send(struct nbrun__job *j, json_t *msg, const void *blob, size_t 
 }
 
 /* The input files, as one archive unpacked in /mnt/data by the agent. */
+int nbrun__inputs_tar(struct nbrun__tar **out, struct nbrun_ctx *ctx,
+		      const struct nbrun_run_options *o, const void **data, size_t *len,
+		      struct nbrun__export_input **inputs, size_t *n_inputs)
+{
+	struct nbrun__tar *t = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = nbrun__tar_new(&t, JOB_UID, JOB_GID, (size_t)o->disk_bytes + (1u << 20));
+	if (rc < 0)
+		return nbrun__err(ctx, rc, "out of memory");
+	for (size_t i = 0; i < o->file_count && rc == 0; i++) {
+		const char *name = job_base_name(o->files[i]);
+		char clean[NBRUN_MAX_NAME_BYTES + 1];
+		snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
+		rc = nbrun__tar_add_path(ctx, t, o->files[i], clean);
+	}
+	nbrun__tar_take_files(t, inputs, n_inputs);
+	if (rc == 0) {
+		rc = nbrun__tar_finish(t, data, len);
+		if (rc == NBRUN_EINVAL)
+			rc = nbrun__err(ctx, rc, "input files are larger than the sandbox disk");
+		else if (rc < 0)
+			rc = nbrun__err(ctx, rc, "cannot build the upload archive");
+	}
+	if (rc < 0)
+		nbrun__tar_free(t);
+	else
+		*out = t;
+	return rc;
+}
+
 static int job_put_inputs(struct nbrun__job *j)
 {
-	const struct nbrun_run_options *o = j->opts;
 	struct nbrun__tar *t = NULL;
 	const void *data;
 	size_t len;
 	int rc;
 
-	if (!o->file_count)
+	if (!j->opts->file_count)
 		return 0;
-	rc = nbrun__tar_new(&t, JOB_UID, JOB_GID, (size_t)o->disk_bytes + (1u << 20));
-	if (rc < 0)
-		return nbrun__err(j->ctx, rc, "out of memory");
-	for (size_t i = 0; i < o->file_count && rc == 0; i++) {
-		const char *name = job_base_name(o->files[i]);
-		char clean[NBRUN_MAX_NAME_BYTES + 1];
-		snprintf(clean, sizeof(clean), "%.*s", (int)strcspn(name, "/"), name);
-		rc = nbrun__tar_add_path(j->ctx, t, o->files[i], clean);
-	}
-	nbrun__tar_take_files(t, &j->inputs, &j->n_inputs);
-	if (rc == 0) {
-		rc = nbrun__tar_finish(t, &data, &len);
-		if (rc == NBRUN_EINVAL)
-			rc = nbrun__err(j->ctx, rc, "input files are larger than the sandbox disk");
-		else if (rc < 0)
-			rc = nbrun__err(j->ctx, rc, "cannot build the upload archive");
-	}
+	rc = nbrun__inputs_tar(&t, j->ctx, j->opts, &data, &len, &j->inputs, &j->n_inputs);
 	if (rc == 0)
 		rc = job_send(j, json_pack("{s:s, s:s, s:s}", "type", "put", "id", "inputs", "path",
 					   "/mnt/data"),

@@ -463,6 +463,14 @@ struct nbrun__job {
  * says what happened; < 0 when the job could not be done (engine, cancel).
  */
 int nbrun__job_run(struct nbrun__job *job, json_t *nb, const char *notebook, size_t len);
+/*
+ * The run's input files (o->files) as one finished archive for /mnt/data,
+ * each under its base name: *out to nbrun__tar_free() after sending data;
+ * the inputs' names and digests go to *inputs (the caller frees them).
+ */
+int nbrun__inputs_tar(struct nbrun__tar **out, struct nbrun_ctx *ctx,
+		      const struct nbrun_run_options *o, const void **data, size_t *len,
+		      struct nbrun__export_input **inputs, size_t *n_inputs);
 /* Release what the job filled (not the result, sandbox or directory). */
 void nbrun__job_release(struct nbrun__job *job);
 

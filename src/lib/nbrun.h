@@ -477,6 +477,7 @@ struct nbrun_session;
  * pool and cancel apply; timeout_ms bounds the opening.
  * @param out  receives the session; nbrun_session_close()
  * @param ctx  the context for this call's message; the session keeps its own
+ * @param opts  the run options (above)
  * @return 0; NBRUN_EINVAL, NBRUN_ENOTFOUND (an input file), NBRUN_EENGINE,
  *         NBRUN_ENOIMAGE, NBRUN_ECANCELLED, NBRUN_ENOMEM
  */
@@ -504,7 +505,9 @@ struct nbrun_exec_options {
  * document for this execution only: its outputs, and in "files" what it
  * created or changed in /mnt/data.
  * @param out   receives the result; nbrun_result_free()
+ * @param s     the session
  * @param code  NUL-terminated source
+ * @param opts  timeout, output directory, limits, events (NBRUN_EXEC_OPTIONS_INIT)
  * @return 0 when a result was made (a dead kernel gives status failed and
  *         nbrun_session_kernel_dead() true); NBRUN_EINVAL, NBRUN_EENGINE
  *         (the sandbox is gone: close the session), NBRUN_EIO, NBRUN_ENOMEM
@@ -515,6 +518,7 @@ NBRUN_EXPORT int nbrun_session_execute(struct nbrun_result **out, struct nbrun_s
 /**
  * Interrupt the running execution (its cell gets KeyboardInterrupt; the
  * kernel and its state stay). Thread-safe.
+ * @param s  the session
  * @return 1 when an execution was running, 0 when none was
  */
 NBRUN_EXPORT int nbrun_session_interrupt(struct nbrun_session *s);
@@ -522,12 +526,16 @@ NBRUN_EXPORT int nbrun_session_interrupt(struct nbrun_session *s);
 /**
  * Restart the kernel: its state is gone, the files in /mnt/data stay; a
  * dead kernel comes back.
+ * @param s  the session
  * @return 0, NBRUN_EENGINE (the kernel did not start; message on the session)
  */
 NBRUN_EXPORT int nbrun_session_restart(struct nbrun_session *s);
 
 /**
  * Write a file into /mnt/data.
+ * @param s     the session
+ * @param data  its bytes, len of them
+ * @param len   their count
  * @param path  relative to /mnt/data: no "..", not absolute, no control characters
  * @return 0, NBRUN_EINVAL (bad path, or a link or file in its way), NBRUN_EENGINE
  */
@@ -536,6 +544,9 @@ NBRUN_EXPORT int nbrun_session_put_file(struct nbrun_session *s, const char *pat
 
 /**
  * Copy a regular file of /mnt/data into fd. No symbolic link is followed.
+ * @param s    the session
+ * @param path relative to /mnt/data, checked as for nbrun_session_put_file()
+ * @param fd   receives the bytes
  * @param max  the most bytes taken
  * @return 0, NBRUN_ENOTFOUND (no such regular file, or a link on the way),
  *         NBRUN_EINVAL (bad path, or larger than max), NBRUN_EENGINE, NBRUN_EIO
@@ -546,26 +557,47 @@ NBRUN_EXPORT int nbrun_session_get_file(struct nbrun_session *s, const char *pat
 /**
  * What /mnt/data holds: a JSON array text of {"path", "type" ("file",
  * "directory", "symlink", "other"), "size", "mtime", "sha256" (files)}.
- * @param out  receives the text; free()
+ * @param out        receives the text; free()
  * @param truncated  set when the listing stopped at 10,000 entries (may be NULL)
+ * @param s          the session
+ * @return 0, NBRUN_EIO (the sandbox could not list), NBRUN_EENGINE, NBRUN_ENOMEM
  */
 NBRUN_EXPORT int nbrun_session_list_files(char **out, int *truncated, struct nbrun_session *s);
 
 /**
  * The session's history as one executed notebook (nbformat 4 JSON): every
- * cell of every execution, in order, with its outputs.
+ * cell of every execution, in order, with its outputs (read back from each
+ * execution's notebook.ipynb; one whose directory is gone is left out).
  * @param out  receives the text; free()
+ * @param s    the session
+ * @return 0, NBRUN_EINVAL (s is NULL), NBRUN_ENOMEM
  */
 NBRUN_EXPORT int nbrun_session_notebook(char **out, struct nbrun_session *s);
 
-/** The session's id (12 hex digits; also its sandbox's name). */
+/**
+ * The session's id.
+ * @param s  the session
+ * @return 12 hex digits (also its sandbox's name), owned by s; "" for NULL
+ */
 NBRUN_EXPORT const char *nbrun_session_id(const struct nbrun_session *s);
-/** Non-zero when the kernel died (execute fails until nbrun_session_restart()). */
+/**
+ * Whether the kernel died (its executions fail until nbrun_session_restart()).
+ * @param s  the session
+ * @return non-zero when it died, 0 otherwise (and for NULL)
+ */
 NBRUN_EXPORT int nbrun_session_kernel_dead(const struct nbrun_session *s);
-/** The message of the session's last failure ("" when none). */
+/**
+ * The message of the session's last failure.
+ * @param s  the session
+ * @return one line owned by s ("" when none), valid until the next call on s
+ */
 NBRUN_EXPORT const char *nbrun_session_errmsg(const struct nbrun_session *s);
 
-/** Destroy the session's sandbox and release it (NULL is fine). */
+/**
+ * Destroy the session's sandbox (its kernel, its /mnt/data) and release the
+ * session; the executions' output directories stay.
+ * @param s  the session (NULL is fine)
+ */
 NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s);
 
 /**

@@ -148,6 +148,42 @@ static void session_next_id(struct nbrun_session *s, char *buf, size_t len, cons
 	snprintf(buf, len, "%s%u", what, ++s->req);
 }
 
+/*
+ * One request (msg, its "id" added here; blob when not NULL) and its answer
+ * of type want: 0 with *reply (its blob still to take), 1 with the agent's
+ * refusal in *reply, < 0.
+ */
+static int session_ask(struct nbrun_session *s, json_t *msg, const void *blob, size_t len,
+		       const char *want, uint64_t ms, json_t **reply)
+{
+	char id[24];
+	int rc;
+
+	*reply = NULL;
+	rc = session_usable(s);
+	if (rc < 0) {
+		json_decref(msg);
+		return rc;
+	}
+	session_next_id(s, id, sizeof(id), json_string_value(json_object_get(msg, "type")) ?: "req");
+	if (msg && json_object_set_new(msg, "id", json_string(id)) < 0) {
+		json_decref(msg);
+		msg = NULL;
+	}
+	rc = session_send(s, msg, blob, len);
+	return rc < 0 ? rc : session_await(s, id, want, reply, ms);
+}
+
+/* The data of the answer just taken: into buf or fd, at most cap bytes. */
+static int session_take_blob(struct nbrun_session *s, struct buf *buf, int fd, uint64_t cap)
+{
+	int rc = nbrun__chan_recv_blob(&s->sb->ch, buf, fd, cap, session_after(SESSION_REPLY_MS));
+
+	if (rc == 0 || rc == NBRUN_EIO)
+		return rc; /* EIO: the caller's fd (the channel is broken now too) */
+	return session_fail(s, rc == 2 ? NBRUN_EENGINE : rc);
+}
+
 /* The agent's refusal, as one line on the session. */
 static int session_refused(struct nbrun_session *s, json_t *msg, int code)
 {
@@ -168,15 +204,11 @@ static int session_refused(struct nbrun_session *s, json_t *msg, int code)
 
 static int session_put_tar(struct nbrun_session *s, const void *tar, size_t len)
 {
-	char id[24];
 	json_t *msg = NULL;
 	int rc;
 
-	session_next_id(s, id, sizeof(id), "put");
-	rc = session_send(s, json_pack("{s:s, s:s, s:s}", "type", "put", "id", id, "path", "/mnt/data"),
-			  tar, len);
-	if (rc == 0)
-		rc = session_await(s, id, "stored", &msg, SESSION_REPLY_MS);
+	rc = session_ask(s, json_pack("{s:s, s:s}", "type", "put", "path", "/mnt/data"), tar, len,
+			 "stored", SESSION_REPLY_MS, &msg);
 	if (rc == 1)
 		return session_refused(s, msg, NBRUN_EINVAL);
 	json_decref(msg);
@@ -224,27 +256,22 @@ NBRUN_EXPORT int nbrun_session_put_file(struct nbrun_session *s, const char *pat
 NBRUN_EXPORT int nbrun_session_get_file(struct nbrun_session *s, const char *path, int fd,
 					uint64_t max)
 {
-	char id[24], *full = NULL;
+	char *full = NULL;
 	json_t *msg = NULL;
 	const char *code;
 	int rc;
 
 	if (!s)
 		return NBRUN_EINVAL;
-	rc = session_usable(s);
-	if (rc == 0)
-		rc = session_check_path(&s->ctx, path);
+	rc = session_check_path(&s->ctx, path);
 	if (rc < 0)
 		return rc;
 	if (asprintf(&full, "/mnt/data/%s", path) < 0)
 		return nbrun__err(&s->ctx, NBRUN_ENOMEM, "out of memory");
-	session_next_id(s, id, sizeof(id), "read");
-	rc = session_send(s, json_pack("{s:s, s:s, s:s, s:I}", "type", "read", "id", id, "path", full,
-				       "max_bytes", (json_int_t)max),
-			  NULL, 0);
+	rc = session_ask(s, json_pack("{s:s, s:s, s:I}", "type", "read", "path", full, "max_bytes",
+				      (json_int_t)max),
+			 NULL, 0, "file", SESSION_REPLY_MS, &msg);
 	free(full);
-	if (rc == 0)
-		rc = session_await(s, id, "file", &msg, SESSION_REPLY_MS);
 	if (rc == 1) {
 		code = json_string_value(json_object_get(msg, "code")) ?: "";
 		return session_refused(s, msg,
@@ -256,10 +283,7 @@ NBRUN_EXPORT int nbrun_session_get_file(struct nbrun_session *s, const char *pat
 	if (rc < 0)
 		return rc;
 	json_decref(msg);
-	rc = nbrun__chan_recv_blob(&s->sb->ch, NULL, fd, max, session_after(SESSION_REPLY_MS));
-	if (rc == NBRUN_EIO)
-		return rc; /* the caller's fd; the channel is broken now too */
-	return rc == 0 ? 0 : session_fail(s, rc == 2 ? NBRUN_EENGINE : rc);
+	return session_take_blob(s, NULL, fd, max);
 }
 
 /* Keep only what the listing documents, with the types it documents. */
@@ -300,20 +324,13 @@ NBRUN_EXPORT int nbrun_session_list_files(char **out, int *truncated, struct nbr
 {
 	struct buf blob = BUF_INIT(SESSION_MAX_LISTING);
 	json_t *msg = NULL, *list, *clean;
-	char id[24];
 	int rc;
 
 	*out = NULL;
 	if (!s)
 		return NBRUN_EINVAL;
-	rc = session_usable(s);
-	if (rc < 0)
-		return rc;
-	session_next_id(s, id, sizeof(id), "list");
-	rc = session_send(s, json_pack("{s:s, s:s, s:s}", "type", "list", "id", id, "path", "/mnt/data"),
-			  NULL, 0);
-	if (rc == 0)
-		rc = session_await(s, id, "listing", &msg, SESSION_REPLY_MS);
+	rc = session_ask(s, json_pack("{s:s, s:s}", "type", "list", "path", "/mnt/data"), NULL, 0,
+			 "listing", SESSION_REPLY_MS, &msg);
 	if (rc == 1)
 		return session_refused(s, msg, NBRUN_EIO);
 	if (rc < 0)
@@ -321,10 +338,10 @@ NBRUN_EXPORT int nbrun_session_list_files(char **out, int *truncated, struct nbr
 	if (truncated)
 		*truncated = json_is_true(json_object_get(msg, "truncated"));
 	json_decref(msg);
-	rc = nbrun__chan_recv_blob(&s->sb->ch, &blob, -1, SESSION_MAX_LISTING, session_after(SESSION_REPLY_MS));
+	rc = session_take_blob(s, &blob, -1, SESSION_MAX_LISTING);
 	if (rc != 0) {
 		buf_free(&blob);
-		return session_fail(s, rc == 2 ? NBRUN_EENGINE : rc);
+		return rc;
 	}
 	list = json_loadb(blob.data ? blob.data : "", blob.len, JSON_REJECT_DUPLICATES, NULL);
 	buf_free(&blob);
@@ -359,28 +376,22 @@ NBRUN_EXPORT int nbrun_session_interrupt(struct nbrun_session *s)
 NBRUN_EXPORT int nbrun_session_restart(struct nbrun_session *s)
 {
 	json_t *msg = NULL;
-	char id[24];
 	int rc;
 
 	if (!s)
 		return NBRUN_EINVAL;
-	rc = session_usable(s);
-	if (rc < 0)
-		return rc;
-	session_next_id(s, id, sizeof(id), "restart");
-	rc = session_send(s, json_pack("{s:s, s:s}", "type", "restart", "id", id), NULL, 0);
-	if (rc == 0)
-		rc = session_await(s, id, "ready", &msg, SESSION_RESTART_MS);
+	rc = session_ask(s, json_pack("{s:s}", "type", "restart"), NULL, 0, "ready", SESSION_RESTART_MS,
+			 &msg);
 	if (rc == 1) {
 		s->dead = true;
 		return session_refused(s, msg, NBRUN_EENGINE);
 	}
 	if (rc < 0)
 		return rc;
-	rc = nbrun__chan_recv_blob(&s->sb->ch, NULL, -1, 0, session_after(SESSION_REPLY_MS));
 	json_decref(msg);
+	rc = session_take_blob(s, NULL, -1, 0);
 	if (rc != 0)
-		return session_fail(s, rc == 2 ? NBRUN_EENGINE : rc);
+		return rc;
 	s->dead = false;
 	s->count = 0;
 	return 0;
@@ -658,20 +669,10 @@ static int session_put_inputs(struct nbrun_session *s, struct nbrun_ctx *ctx,
 
 	if (!o->file_count)
 		return 0;
-	rc = nbrun__tar_new(&t, SESSION_UID, SESSION_GID, (size_t)o->disk_bytes + (1u << 20));
-	if (rc < 0)
-		return nbrun__err(ctx, rc, "out of memory");
-	for (size_t i = 0; i < o->file_count && rc == 0; i++) {
-		const char *name = strrchr(o->files[i], '/');
-		name = name && name[1] ? name + 1 : o->files[i];
-		rc = nbrun__tar_add_path(ctx, t, o->files[i], name);
-	}
-	nbrun__tar_take_files(t, &inputs, &n_inputs);
+	rc = nbrun__inputs_tar(&t, ctx, o, &data, &len, &inputs, &n_inputs);
 	for (size_t i = 0; i < n_inputs; i++)
 		free(inputs[i].name);
 	free(inputs);
-	if (rc == 0 && nbrun__tar_finish(t, &data, &len) < 0)
-		rc = nbrun__err(ctx, NBRUN_EINVAL, "input files are larger than the sandbox disk");
 	if (rc == 0) {
 		rc = session_put_tar(s, data, len);
 		if (rc < 0)
@@ -699,7 +700,13 @@ NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx
 	if (!s)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->mu, NULL);
+	/* Only limits are kept: nothing the caller's pointers name outlives this call. */
 	s->run = *opts;
+	s->run.files = NULL;
+	s->run.file_count = 0;
+	s->run.progress = NULL;
+	s->run.cancel = NULL;
+	s->run.on_event = NULL;
 	s->run.image = NULL;
 	s->run.network = NULL;
 	s->run.env = NULL;

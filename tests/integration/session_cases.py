@@ -99,9 +99,11 @@ def case_state_files():
     srv = server(pool=1)
     try:
         srv.wait_pool(1)
-        sid = open_session(srv)
+        import base64
+        sid = open_session(srv, {"files": [{"path": "given.csv",
+                                            "content_base64": base64.b64encode(b"g,h\n").decode()}]})
         t0 = time.monotonic()
-        ok(srv, sid, "x = 40\nimport pandas as pd")
+        ok(srv, sid, "x = 40\nimport pandas as pd\nassert open('/mnt/data/given.csv').read() == 'g,h\\n'")
         ok(srv, sid, "x += 1")
         doc = ok(srv, sid, "x += 1\nprint(x)\nopen('/mnt/data/out.csv', 'w').write('a,b\\n1,2\\n')")
         secs = time.monotonic() - t0
@@ -150,7 +152,10 @@ def case_state_files():
             nbdoc["cells"] = [c for c in nbdoc["cells"] if "in/data.txt" not in str(c["source"])
                               and "symlink" not in str(c["source"])]
             f.write(json.dumps(nbdoc).encode())
-        p = subprocess.run([NBRUN, "run", "--json", "-o", os.path.join(tmp, "out"), nb_path]
+        given = os.path.join(tmp, "given.csv")
+        with open(given, "w") as f:
+            f.write("g,h\n")
+        p = subprocess.run([NBRUN, "run", "--json", "-f", given, "-o", os.path.join(tmp, "out"), nb_path]
                            + (["--image", os.environ["NBRUN_TEST_IMAGE"]] if os.environ.get("NBRUN_TEST_IMAGE") else []),
                            capture_output=True, text=True, timeout=300)
         rerun = json.loads(p.stdout)
