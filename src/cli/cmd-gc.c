@@ -14,7 +14,7 @@ int cmd_gc(int argc, char **argv)
 	};
 	struct nbrun_ctx *ctx = NULL;
 	uint64_t age_ms = 0;
-	unsigned int removed = 0;
+	unsigned int removed = 0, failed = 0;
 	int c, rc;
 
 	optind = 1;
@@ -31,7 +31,9 @@ int cmd_gc(int argc, char **argv)
 			       "this host is gone (e.g. killed with SIGKILL). With --older-than, also\n"
 			       "every nbrun container and volume created at least that long ago.\n"
 			       "Runs do the first part themselves, cheaply, before they start.\n\n"
-			       "Exit codes: 0 done, 2 usage, 4 engine problem.\n");
+			       "Prints how many were removed and, when the engine refused or did not\n"
+			       "answer some removals, how many could not be removed.\n\n"
+			       "Exit codes: 0 done, 2 usage, 4 engine problem or a removal failed.\n");
 			return CLI_EXIT_OK;
 		default:
 			return cli_bad_option("gc", argv);
@@ -41,13 +43,17 @@ int cmd_gc(int argc, char **argv)
 		return cli_usage_error("gc", "unexpected argument '%s'", argv[optind]);
 	if (nbrun_ctx_new(&ctx) < 0)
 		return CLI_EXIT_FAILED;
-	rc = nbrun_gc(&removed, ctx, (unsigned int)((age_ms + 999) / 1000));
-	if (rc < 0) {
+	rc = nbrun_gc(&removed, &failed, ctx, (unsigned int)((age_ms + 999) / 1000));
+	if (rc < 0 && !failed) {
 		cli_error("%s", nbrun_ctx_errmsg(ctx));
 		nbrun_ctx_free(ctx);
 		return cli_exit_for_error(rc);
 	}
 	printf("removed %u\n", removed);
+	if (failed) {
+		printf("could not remove %u\n", failed);
+		cli_error("%s", nbrun_ctx_errmsg(ctx));
+	}
 	nbrun_ctx_free(ctx);
-	return CLI_EXIT_OK;
+	return rc < 0 ? cli_exit_for_error(rc) : CLI_EXIT_OK;
 }

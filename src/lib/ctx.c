@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Library context and its one-line error message. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,4 +89,11 @@ int nbrun__errno(struct nbrun_ctx *ctx, int code, int errnum, const char *fmt, .
 	ctx_verr(ctx, code, strerror(errnum < 0 ? -errnum : errnum), fmt, ap);
 	va_end(ap);
 	return code;
+}
+
+int nbrun__write_error(int errnum)
+{
+	if (errnum < 0)
+		errnum = -errnum;
+	return errnum == ENOSPC || errnum == EDQUOT ? NBRUN_ENOSPC : NBRUN_EIO;
 }

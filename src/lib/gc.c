@@ -30,13 +30,29 @@ static bool gc_is_orphan(json_t *labels, long older_than_s)
 	return kill((pid_t)atol(pid), 0) < 0 && errno == ESRCH;
 }
 
-static int gc_pass(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s)
+/*
+ * Remove one listed object. A removal the engine refused or that never got an
+ * answer is a failure, not a removal; one already gone (404: another gc or
+ * its own run got there first) is neither.
+ */
+static void gc_remove(struct nbrun__docker *d, const char *path, struct nbrun__gc_counts *c)
+{
+	int status = nbrun__docker_json(d, "DELETE", path, NULL, NULL, 20000);
+
+	if (status >= 200 && status < 300)
+		c->removed++;
+	else if (status != 404)
+		c->failed++;
+}
+
+static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_counts *c)
 {
 	json_t *list = NULL, *item;
 	size_t i;
-	int status, removed = 0;
+	int status;
 	char path[256];
 
+	c->removed = c->failed = 0;
 	status = nbrun__docker_json(d, "GET",
 				    "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22nbrun.run%22%5D%7D",
 				    NULL, &list, 10000);
@@ -47,8 +63,7 @@ static int gc_pass(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_th
 		if (!id || strlen(id) > 128 || !gc_is_orphan(json_object_get(item, "Labels"), older_than_s))
 			continue;
 		snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", id);
-		if (nbrun__docker_json(d, "DELETE", path, NULL, NULL, 20000) < 300)
-			removed++;
+		gc_remove(d, path, c);
 	}
 	json_decref(list);
 	list = NULL;
@@ -62,38 +77,53 @@ static int gc_pass(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_th
 		if (!name || strlen(name) > 128 || !gc_is_orphan(json_object_get(item, "Labels"), older_than_s))
 			continue;
 		snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
-		if (nbrun__docker_json(d, "DELETE", path, NULL, NULL, 20000) < 300)
-			removed++;
+		gc_remove(d, path, c);
 	}
 	json_decref(list);
-	return removed;
+	return 0;
 }
 
 int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 {
-	return gc_pass(d, ctx, -1);
+	struct nbrun__gc_counts c;
+
+	(void)ctx;
+	return gc_pass(d, -1, &c);
 }
 
-int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s)
+int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
+	      struct nbrun__gc_counts *out)
 {
-	return gc_pass(d, ctx, older_than_s);
+	char last[sizeof(ctx->errmsg)];
+	int rc = gc_pass(d, older_than_s, out);
+
+	if (rc < 0 || !out->failed)
+		return rc;
+	/* The context holds the engine's words about the last failure. */
+	snprintf(last, sizeof(last), "%s", ctx->errmsg);
+	return nbrun__err(ctx, NBRUN_EENGINE, "%u of %u containers and volumes could not be removed%s%s",
+			  out->failed, out->failed + out->removed, last[0] ? "; the last: " : "", last);
 }
 
-NBRUN_EXPORT int nbrun_gc(unsigned int *removed, struct nbrun_ctx *ctx, unsigned int older_than_s)
+NBRUN_EXPORT int nbrun_gc(unsigned int *removed, unsigned int *failed, struct nbrun_ctx *ctx,
+			  unsigned int older_than_s)
 {
 	struct nbrun__docker *d = NULL;
+	struct nbrun__gc_counts c = { 0, 0 };
 	int rc;
 
 	if (removed)
 		*removed = 0;
+	if (failed)
+		*failed = 0;
 	rc = nbrun__docker_new(&d, ctx);
 	if (rc < 0)
 		return rc;
-	rc = nbrun__gc(d, ctx, older_than_s ? (long)older_than_s : -1);
+	rc = nbrun__gc(d, ctx, older_than_s ? (long)older_than_s : -1, &c);
 	nbrun__docker_free(d);
-	if (rc < 0)
-		return rc;
 	if (removed)
-		*removed = (unsigned int)rc;
-	return 0;
+		*removed = c.removed;
+	if (failed)
+		*failed = c.failed;
+	return rc;
 }

@@ -820,20 +820,43 @@ static int job_error_markers(struct nbrun__job *j, json_t *nb)
 	return 0;
 }
 
-/* The executed notebook, as the agent's cells made it, kept in the output directory. */
+/* json_dump_callback() into a file, keeping why a write failed (ENOSPC...). */
+struct job_dump {
+	int fd;
+	int err;
+};
+
+static int job_dump_cb(const char *buf, size_t size, void *data)
+{
+	struct job_dump *d = data;
+
+	d->err = fd_write_all(d->fd, buf, size);
+	return d->err < 0 ? -1 : 0;
+}
+
+/* The executed notebook, as the agent's cells made it, kept in the output
+ * directory: written whole or not at all, as result.json. */
 static int job_write_notebook(struct nbrun__job *j, const json_t *nb)
 {
-	int fd = nbrun__export_open(j->out_fd, "notebook.ipynb", 0644);
-	int rc;
+	struct fd_atomic a;
+	struct job_dump d = { -1, 0 };
+	int rc = fd_atomic_open(&a, j->out_fd, "notebook.ipynb", 0644);
 
-	if (fd < 0)
-		return nbrun__errno(j->ctx, NBRUN_EIO, -fd, "cannot write notebook.ipynb");
-	rc = json_dumpfd(nb, fd, JSON_INDENT(1));
-	if (rc == 0)
-		rc = fd_write_all(fd, "\n", 1);
-	close(fd);
 	if (rc < 0)
-		return nbrun__err(j->ctx, NBRUN_EIO, "cannot write notebook.ipynb");
+		return nbrun__errno(j->ctx, nbrun__write_error(rc), -rc, "cannot write notebook.ipynb");
+	d.fd = a.fd;
+	if (json_dump_callback(nb, job_dump_cb, &d, JSON_INDENT(1)) < 0)
+		rc = d.err < 0 ? d.err : -ENOMEM;
+	else
+		rc = fd_write_all(a.fd, "\n", 1);
+	if (rc == 0)
+		rc = fd_atomic_commit(&a);
+	else
+		fd_atomic_abort(&a);
+	if (rc == -ENOMEM)
+		return nbrun__err(j->ctx, NBRUN_ENOMEM, "out of memory writing notebook.ipynb");
+	if (rc < 0)
+		return nbrun__errno(j->ctx, nbrun__write_error(rc), -rc, "cannot write notebook.ipynb");
 	return 0;
 }
 
@@ -849,6 +872,8 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 
 	memset(&e, 0, sizeof(e));
 	e.err_cell = -1;
+	/* "skipped" holds as many entries as the run exports files. */
+	j->result->max_skipped = job_max_files(j);
 	if (!j->sb->conn)
 		return nbrun__err(j->ctx, NBRUN_EINVAL, "the sandbox has no channel");
 	job_progress(j, NBRUN_PHASE_UPLOAD);

@@ -37,6 +37,8 @@ int nbrun__err(struct nbrun_ctx *ctx, int code, const char *fmt, ...)
 /* Like nbrun__err, appending ": strerror(errnum)". */
 int nbrun__errno(struct nbrun_ctx *ctx, int code, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The code of a failed local write: NBRUN_ENOSPC for a full disk or quota, else NBRUN_EIO. */
+int nbrun__write_error(int errnum);
 
 /* ---- result.c ------------------------------------------------------------ */
 
@@ -46,6 +48,9 @@ int nbrun__errno(struct nbrun_ctx *ctx, int code, int errnum, const char *fmt, .
  */
 struct nbrun_result {
 	json_t *doc;
+	/* entries "skipped" lists before one summary entry counts the rest
+	 * (0: NBRUN_DEFAULT_MAX_FILES); a run sets its max_files */
+	size_t max_skipped;
 };
 
 int nbrun__result_new(struct nbrun_result **out, const char *run_id);
@@ -54,7 +59,8 @@ void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, cons
 int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *reason);
 /* Set truncated:true. */
 void nbrun__result_flag_truncated(struct nbrun_result *r);
-/* Write result.json into dirfd (0600, replacing). */
+/* Write result.json into dirfd (0644, replacing it atomically). 0,
+ * NBRUN_ENOMEM, NBRUN_ENOSPC (disk or quota full), NBRUN_EIO. */
 int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int dirfd);
 
 /* ---- outputs.c: executed notebook -> result -------------------------------- */
@@ -501,9 +507,16 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
  * Remove containers and volumes of runs whose nbrun process on this host is
  * gone (killed with SIGKILL, say). Cheap: one listing each. When
  * older_than_s >= 0, also everything labelled and at least that old.
- * Returns the number removed or a negative code.
+ * 0, or a negative code when a listing failed; nbrun__gc() also returns
+ * NBRUN_EENGINE (the counts filled, the last failure in the message) when
+ * any removal failed. Objects already gone count as neither.
  */
+struct nbrun__gc_counts {
+	unsigned int removed;
+	unsigned int failed;   /* refused by the engine, or no answer */
+};
 int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx);
-int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s);
+int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
+	      struct nbrun__gc_counts *out);
 
 #endif /* NBRUN_PRIVATE_H */

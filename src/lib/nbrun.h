@@ -40,6 +40,7 @@ enum nbrun_error {
 	NBRUN_EPARSE = -7,     /**< a notebook or reply is malformed or too large */
 	NBRUN_EIO = -8,        /**< reading or writing a local file failed */
 	NBRUN_ECANCELLED = -9, /**< the caller's cancel flag was raised */
+	NBRUN_ENOSPC = -10,    /**< a result could not be written: the disk (or quota) is full */
 };
 
 /** How a run ended. */
@@ -223,7 +224,8 @@ struct nbrun_parse_options {
  * @param out   receives the result; nbrun_result_free()
  * @param path  the .ipynb to read
  * @return 0; NBRUN_ENOTFOUND, NBRUN_EPARSE (malformed, unsupported nbformat,
- *         too large), NBRUN_EIO, NBRUN_ENOMEM
+ *         too large), NBRUN_EIO, NBRUN_ENOSPC (result.json did not fit),
+ *         NBRUN_ENOMEM
  */
 NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *ctx,
 				  const char *path, const struct nbrun_parse_options *opts);
@@ -356,7 +358,9 @@ NBRUN_EXPORT const char *nbrun_language_names(void);
  * @return 0 when a result was produced (check its status);
  *         NBRUN_EINVAL (bad options), NBRUN_ENOTFOUND (input file),
  *         NBRUN_EENGINE, NBRUN_ENOIMAGE, NBRUN_ECANCELLED, NBRUN_EIO,
- *         NBRUN_ENOMEM when no run could be made.
+ *         NBRUN_ENOMEM when no run could be made; NBRUN_ENOSPC when the
+ *         output directory's disk filled (result.json is then absent or
+ *         whole, never cut).
  */
 NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *code,
 				const struct nbrun_run_options *opts);
@@ -510,7 +514,8 @@ struct nbrun_exec_options {
  * @param opts  timeout, output directory, limits, events (NBRUN_EXEC_OPTIONS_INIT)
  * @return 0 when a result was made (a dead kernel gives status failed and
  *         nbrun_session_kernel_dead() true); NBRUN_EINVAL, NBRUN_EENGINE
- *         (the sandbox is gone: close the session), NBRUN_EIO, NBRUN_ENOMEM
+ *         (the sandbox is gone: close the session), NBRUN_EIO, NBRUN_ENOSPC
+ *         (the output directory's disk is full), NBRUN_ENOMEM
  */
 NBRUN_EXPORT int nbrun_session_execute(struct nbrun_result **out, struct nbrun_session *s,
 				       const char *code, const struct nbrun_exec_options *opts);
@@ -605,10 +610,17 @@ NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s);
  * nbrun was killed with SIGKILL). Only objects labelled nbrun.run are
  * touched.
  * @param removed      receives the number of containers and volumes removed (may be NULL)
+ * @param failed       receives the number whose removal the engine refused or
+ *                     never answered (may be NULL); objects already gone count
+ *                     as neither
+ * @param ctx          the context (messages)
  * @param older_than_s only objects created at least this many seconds ago
- * @return 0, NBRUN_EENGINE
+ * @return 0 when every removal succeeded; NBRUN_EENGINE when the engine is
+ *         unreachable, or when any removal failed (*removed and *failed are
+ *         filled, the message names the last failure)
  */
-NBRUN_EXPORT int nbrun_gc(unsigned int *removed, struct nbrun_ctx *ctx, unsigned int older_than_s);
+NBRUN_EXPORT int nbrun_gc(unsigned int *removed, unsigned int *failed, struct nbrun_ctx *ctx,
+			  unsigned int older_than_s);
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,7 @@ struct op {
 	size_t dropped_results;
 	bool have_error;
 	char *dec;             /* base64 decode buffer, B64_OUT_CAP bytes */
+	int err;               /* why a builder returned NULL, when not out of memory */
 };
 
 /* Image MIME types decoded from base64 and the magic their bytes must start with. */
@@ -359,8 +360,12 @@ static json_t *op_image_written(struct op *o, const char *path, const char *mime
 static json_t *op_image_skipped(struct op *o, const char *path, uint64_t bytes, const char *reason,
 				bool flag)
 {
-	if (nbrun__result_skip(o->r, path, reason) < 0)
+	int rc = nbrun__result_skip(o->r, path, reason);
+
+	if (rc < 0) {
+		o->err = rc;
 		return NULL;
+	}
 	if (flag)
 		nbrun__result_flag_truncated(o->r);
 	return json_pack("{s:I, s:s}", "bytes", (json_int_t)bytes, "skipped", reason);
@@ -723,7 +728,8 @@ static int op_bundle(struct op *o, json_t **out, const json_t *data, size_t cell
 		}
 		if (!mime_name_ok(mime, mime_len)) {
 			snprintf(where, sizeof(where), "cell%zu", cell);
-			if (nbrun__result_skip(o->r, where, "invalid MIME type name") < 0)
+			rc = nbrun__result_skip(o->r, where, "invalid MIME type name");
+			if (rc < 0)
 				goto out;
 			continue;
 		}
@@ -738,16 +744,21 @@ static int op_bundle(struct op *o, json_t **out, const json_t *data, size_t cell
 			val = op_text(o, v, NULL, o->lim->max_output);
 		} else {
 			snprintf(where, sizeof(where), "cell%zu:%s", cell, mime);
-			if (nbrun__result_skip(o->r, where, "MIME value is not text") < 0)
+			rc = nbrun__result_skip(o->r, where, "MIME value is not text");
+			if (rc < 0)
 				goto out;
 			continue;
 		}
+		rc = NBRUN_ENOMEM;
+		if (!val && o->err < 0)
+			rc = o->err;
 		if (!val || json_object_set_new(res, mime, val) < 0)
 			goto out;
 	}
 	if (extra) {
 		snprintf(where, sizeof(where), "cell%zu:data", cell);
-		if (op_skip(o, where, "%zu more MIME types in one output", extra) < 0)
+		rc = op_skip(o, where, "%zu more MIME types in one output", extra);
+		if (rc < 0)
 			goto out;
 		nbrun__result_flag_truncated(o->r);
 	}
@@ -782,7 +793,9 @@ static int op_stream(struct op *o, json_t *entry, const json_t *output)
 	/* The run's stdout/stderr keep head and tail of everything the cells printed. */
 	text_feed_value(text, NULL, err ? &o->err_ansi : &o->out_ansi, err ? &o->err_acc : &o->out_acc,
 			true);
-	return json_object_set_new(entry, "text", op_text(o, text, NULL, o->lim->max_output));
+	if (json_object_set_new(entry, "text", op_text(o, text, NULL, o->lim->max_output)) < 0)
+		return NBRUN_ENOMEM;
+	return 0;
 }
 
 bool nbrun__is_clean_exit(const char *ename, const char *evalue)
@@ -902,7 +915,7 @@ static int op_output(struct op *o, const json_t *output, size_t cell, unsigned i
 	rc = json_array_append(o->outputs, entry) < 0 ? NBRUN_ENOMEM : 0;
 out:
 	json_decref(entry);
-	return rc < 0 ? NBRUN_ENOMEM : 0;
+	return rc;
 }
 
 static int op_cells(struct op *o, const json_t *cells)
@@ -984,15 +997,16 @@ int nbrun__outputs_parse(struct nbrun_ctx *ctx, struct nbrun_result *r, const js
 	    json_object_set(r->doc, "results", o.results) < 0 ||
 	    json_object_set(r->doc, "images", o.images) < 0)
 		goto out;
-	json_object_set_new(r->doc, "cells", json_integer((json_int_t)json_array_size(cells)));
-	if (op_cells(&o, cells) < 0)
+	if (json_object_set_new(r->doc, "cells", json_integer((json_int_t)json_array_size(cells))) < 0)
 		goto out;
-	if (o.dropped &&
-	    op_skip_count(&o, "outputs", o.dropped, "outputs", lim->max_outputs) < 0)
+	rc = op_cells(&o, cells);
+	if (rc == 0 && o.dropped)
+		rc = op_skip_count(&o, "outputs", o.dropped, "outputs", lim->max_outputs);
+	if (rc == 0 && o.dropped_results)
+		rc = op_skip_count(&o, "results", o.dropped_results, "results", lim->max_outputs);
+	if (rc < 0)
 		goto out;
-	if (o.dropped_results &&
-	    op_skip_count(&o, "results", o.dropped_results, "results", lim->max_outputs) < 0)
-		goto out;
+	rc = NBRUN_ENOMEM;
 	s = acc_to_json(&o, &o.out_acc);
 	if (!s || json_object_set_new(r->doc, "stdout", s) < 0)
 		goto out;
@@ -1002,8 +1016,11 @@ int nbrun__outputs_parse(struct nbrun_ctx *ctx, struct nbrun_result *r, const js
 	nbrun__result_set_status(r, o.have_error ? NBRUN_STATUS_ERROR : NBRUN_STATUS_OK, NULL);
 	rc = 0;
 out:
+	/* Failures keep their code; jansson and the result's builders set no message. */
 	if (rc == NBRUN_ENOMEM)
 		nbrun__err(ctx, rc, "out of memory while reading the notebook's outputs");
+	else if (rc == NBRUN_EINVAL)
+		nbrun__err(ctx, rc, "cannot record a skipped output in the result");
 	text_acc_free(&o.out_acc);
 	text_acc_free(&o.err_acc);
 	if (o.img_dirfd >= 0)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "nbrun-private.h"
+#include "text.h"
 
 int nbrun__result_new(struct nbrun_result **out, const char *run_id)
 {
@@ -49,24 +50,31 @@ void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, cons
 int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *reason)
 {
 	json_t *arr = json_object_get(r->doc, "skipped");
+	size_t cap = r->max_skipped ? r->max_skipped : NBRUN_DEFAULT_MAX_FILES;
 	json_t *e;
 
+	if (!json_is_array(arr))
+		return NBRUN_EINVAL;
 	/* The list itself is bounded: past the cap, one summary entry counts the rest. */
-	if (json_array_size(arr) >= NBRUN_DEFAULT_MAX_FILES) {
+	if (json_array_size(arr) >= cap) {
 		json_t *last = json_array_get(arr, json_array_size(arr) - 1);
-		json_int_t more = json_integer_value(json_object_get(last, "count"));
-		if (!json_object_get(last, "count")) {
-			last = json_pack("{s:s, s:s, s:I}", "path", "...", "reason",
-					 "more entries skipped", "count", (json_int_t)1);
-			return last ? json_array_append_new(arr, last) : NBRUN_ENOMEM;
-		}
-		json_object_set_new(last, "count", json_integer(more + 1));
+		json_t *count = json_object_get(last, "count");
+
+		if (json_array_size(arr) > cap && json_is_integer(count))
+			return json_integer_set(count, json_integer_value(count) + 1) < 0 ? NBRUN_EINVAL : 0;
+		e = json_pack("{s:s, s:s, s:I}", "path", "...", "reason", "more entries skipped", "count",
+			      (json_int_t)1);
+		if (!e || json_array_append_new(arr, e) < 0)
+			return NBRUN_ENOMEM;
 		return 0;
 	}
+	/* The reason is nbrun's own words; one that is not UTF-8 is a caller's mistake. */
+	if (!text_utf8_valid(reason, strlen(reason)))
+		return NBRUN_EINVAL;
 	/* Paths from the container may be arbitrary bytes: keep only valid UTF-8. */
-	e = json_pack("{s:s%, s:s}", "path", path, strlen(path), "reason", reason);
-	if (!e)
-		e = json_pack("{s:s, s:s}", "path", "(name not valid UTF-8)", "reason", reason);
+	if (!text_utf8_valid(path, strlen(path)))
+		path = "(name not valid UTF-8)";
+	e = json_pack("{s:s, s:s}", "path", path, "reason", reason);
 	if (!e || json_array_append_new(arr, e) < 0)
 		return NBRUN_ENOMEM;
 	return 0;
@@ -80,29 +88,24 @@ void nbrun__result_flag_truncated(struct nbrun_result *r)
 int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int dirfd)
 {
 	char *text = json_dumps(r->doc, JSON_INDENT(2));
-	int fd, rc;
+	struct fd_atomic a;
+	int rc;
 
 	if (!text)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "cannot serialise the result");
-	unlinkat(dirfd, "result.json.tmp", 0);
-	fd = openat(dirfd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		    0644);
-	if (fd < 0) {
-		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot write result.json");
-		goto out;
-	}
-	rc = fd_write_all(fd, text, strlen(text));
+	rc = fd_atomic_open(&a, dirfd, "result.json", 0644);
+	if (rc >= 0)
+		rc = fd_write_all(a.fd, text, strlen(text));
 	if (rc == 0)
-		rc = fd_write_all(fd, "\n", 1);
-	close(fd);
-	if (rc < 0 || renameat(dirfd, "result.json.tmp", dirfd, "result.json") < 0) {
-		rc = nbrun__errno(ctx, NBRUN_EIO, rc < 0 ? -rc : errno, "cannot write result.json");
-		goto out;
-	}
-	rc = 0;
-out:
+		rc = fd_write_all(a.fd, "\n", 1);
+	if (rc == 0)
+		rc = fd_atomic_commit(&a);
+	else
+		fd_atomic_abort(&a);
 	free(text);
-	return rc;
+	if (rc < 0)
+		return nbrun__errno(ctx, nbrun__write_error(-rc), -rc, "cannot write result.json");
+	return 0;
 }
 
 static const char *result_str(const struct nbrun_result *r, const char *key)

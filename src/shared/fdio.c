@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Reading and writing file descriptors whole. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fdio.h"
@@ -20,4 +23,68 @@ int fd_write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+int fd_atomic_open(struct fd_atomic *a, int dirfd, const char *name, mode_t mode)
+{
+	a->dirfd = dirfd;
+	a->fd = -1;
+	a->tmp[0] = '\0';
+	if ((size_t)snprintf(a->name, sizeof(a->name), "%s", name) >= sizeof(a->name))
+		return -ENAMETOOLONG;
+	snprintf(a->tmp, sizeof(a->tmp), "%s.tmp", name);
+	/* O_EXCL: a symlink planted at the temporary name is not followed. A
+	 * leftover of a crashed writer is removed first. */
+	unlinkat(dirfd, a->tmp, 0);
+	a->fd = openat(dirfd, a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (a->fd < 0) {
+		a->tmp[0] = '\0';
+		return -errno;
+	}
+	return a->fd;
+}
+
+int fd_atomic_commit(struct fd_atomic *a)
+{
+	int rc = 0;
+
+	if (a->fd < 0)
+		return -EBADF;
+	/* Delayed allocation reports a full disk only here, on some file systems at close. */
+	if (fsync(a->fd) < 0)
+		rc = -errno;
+	if (close(a->fd) < 0 && rc == 0 && errno != EINTR)
+		rc = -errno;
+	a->fd = -1;
+	if (rc == 0 && renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlinkat(a->dirfd, a->tmp, 0);
+	a->tmp[0] = '\0';
+	return rc;
+}
+
+void fd_atomic_abort(struct fd_atomic *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	a->fd = -1;
+	if (a->tmp[0])
+		unlinkat(a->dirfd, a->tmp, 0);
+	a->tmp[0] = '\0';
+}
+
+int fd_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode)
+{
+	struct fd_atomic a;
+	int rc = fd_atomic_open(&a, dirfd, name, mode);
+
+	if (rc < 0)
+		return rc;
+	rc = fd_write_all(a.fd, data, len);
+	if (rc < 0) {
+		fd_atomic_abort(&a);
+		return rc;
+	}
+	return fd_atomic_commit(&a);
 }

@@ -4,8 +4,35 @@
 #define NBRUN_FDIO_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Write all of buf to fd. 0 or -errno. */
 int fd_write_all(int fd, const void *buf, size_t len);
+
+/*
+ * A file replaced atomically: written to NAME.tmp in the same directory,
+ * flushed to disk, then renamed over NAME, so that a crash or a full disk
+ * leaves the old file or the new one, never part of one. name is relative
+ * to dirfd (AT_FDCWD for the working directory) and may hold slashes; the
+ * temporary file is never a symlink followed, and NAME itself, when a
+ * symlink, is replaced, not followed.
+ */
+struct fd_atomic {
+	int dirfd;
+	int fd;                 /* write the content here */
+	char name[4096];
+	char tmp[4096 + 8];
+};
+
+/* Open NAME.tmp (a stale one is replaced). The fd, or -errno. */
+int fd_atomic_open(struct fd_atomic *a, int dirfd, const char *name, mode_t mode);
+/* fsync, close and rename over NAME. 0 or -errno; on failure the temporary
+ * file is removed and NAME is untouched. */
+int fd_atomic_commit(struct fd_atomic *a);
+/* Give up: close and remove the temporary file (a no-op after commit). */
+void fd_atomic_abort(struct fd_atomic *a);
+
+/* The three above for len bytes of data. 0 or -errno (ENOSPC, EDQUOT, ...). */
+int fd_write_file_atomic(int dirfd, const char *name, const void *data, size_t len, mode_t mode);
 
 #endif

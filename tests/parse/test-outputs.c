@@ -562,6 +562,97 @@ static void test_load_file(void **state)
 	assert_int_equal(nbrun__notebook_load(&nb, &f->ctx, f->dirfd, "d.ipynb", 0), NBRUN_EIO);
 }
 
+/* Parse text into a result whose "skipped" list was taken away: recording a skip fails, and not for want of memory. */
+static int parse_unrecordable(struct fixture *f, const char *text)
+{
+	json_t *nb = NULL;
+	int rc;
+
+	nbrun_result_free(f->r);
+	f->r = NULL;
+	f->ctx.errmsg[0] = '\0';
+	assert_int_equal(nbrun__notebook_loadb(&nb, &f->ctx, text, strlen(text), f->lim.max_notebook_bytes), 0);
+	assert_int_equal(nbrun__result_new(&f->r, "test"), 0);
+	json_object_set_new(f->r->doc, "skipped", json_null());
+	rc = nbrun__outputs_parse(&f->ctx, f->r, nb, -1, &f->lim);
+	json_decref(nb);
+	return rc;
+}
+
+/* Each failure keeps its own code: none is reported as out of memory unless it was. */
+static void test_failure_codes(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const nbs[] = {
+		/* an output of an unknown type */
+		NB(CODE("{\"output_type\": \"weird\"}")),
+		/* a MIME type name that is not one */
+		NB(CODE("{\"output_type\": \"display_data\", \"data\": {\"bad mime\": \"x\"}}")),
+		/* an image that is not base64 */
+		NB(CODE("{\"output_type\": \"display_data\", \"data\": {\"image/png\": \"!!\"}}")),
+		/* more outputs than the cap */
+		NB(CODE("{\"output_type\": \"stream\", \"name\": \"stdout\", \"text\": \"a\"},"
+			"{\"output_type\": \"stream\", \"name\": \"stdout\", \"text\": \"b\"}")),
+	};
+
+	f->lim.max_outputs = 1;
+	for (size_t i = 0; i < sizeof(nbs) / sizeof(nbs[0]); i++) {
+		int rc = parse_unrecordable(f, nbs[i]);
+		if (rc != NBRUN_EINVAL || strstr(f->ctx.errmsg, "out of memory") ||
+		    !strstr(f->ctx.errmsg, "cannot record a skipped output"))
+			fail_msg("notebook %zu: %d %s", i, rc, f->ctx.errmsg);
+	}
+	/* the same notebooks with a result that can record them parse fine */
+	for (size_t i = 0; i < sizeof(nbs) / sizeof(nbs[0]); i++)
+		assert_int_equal(parse(f, nbs[i], -1), 0);
+}
+
+static long alloc_left = -1;
+
+static void *failing_malloc(size_t n)
+{
+	if (alloc_left == 0)
+		return NULL;
+	if (alloc_left > 0)
+		alloc_left--;
+	return malloc(n);
+}
+
+/* Out of memory anywhere in jansson: NBRUN_ENOMEM and its message, never another code. */
+static void test_out_of_memory(void **state)
+{
+	struct fixture *f = *state;
+	static const char text[] = NB(CODE(
+		"{\"output_type\": \"stream\", \"name\": \"stdout\", \"text\": \"a\\u001b[31mb\"},"
+		"{\"output_type\": \"execute_result\", \"execution_count\": 1, \"data\": {\"text/plain\": \"1\","
+		" \"application/json\": {\"a\": [1, 2]}, \"image/png\": \"" PNG_B64 "\", \"bad mime\": 1},"
+		" \"metadata\": {}, \"transient\": {\"display_id\": \"d1\"}},"
+		"{\"output_type\": \"weird\"},"
+		"{\"output_type\": \"error\", \"ename\": \"E\", \"evalue\": \"v\", \"traceback\": [\"t\"]}"));
+	bool succeeded = false;
+
+	for (long n = 0; n < 2000 && !succeeded; n++) {
+		json_t *nb = NULL;
+		int rc;
+
+		nbrun_result_free(f->r);
+		f->r = NULL;
+		f->ctx.errmsg[0] = '\0';
+		assert_int_equal(nbrun__notebook_loadb(&nb, &f->ctx, text, strlen(text), f->lim.max_notebook_bytes), 0);
+		assert_int_equal(nbrun__result_new(&f->r, "test"), 0);
+		alloc_left = n;
+		json_set_alloc_funcs(failing_malloc, free);
+		rc = nbrun__outputs_parse(&f->ctx, f->r, nb, -1, &f->lim);
+		json_set_alloc_funcs(malloc, free);
+		alloc_left = -1;
+		json_decref(nb);
+		if (rc != 0 && (rc != NBRUN_ENOMEM || !strstr(f->ctx.errmsg, "out of memory")))
+			fail_msg("allocation %ld failed: %d %s", n, rc, f->ctx.errmsg);
+		succeeded = rc == 0;
+	}
+	assert_true(succeeded);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -578,6 +669,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_svg_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_clean_exit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failure_codes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_memory, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

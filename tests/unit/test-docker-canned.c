@@ -51,7 +51,8 @@ enum mode {
 };
 
 /* Answer requests whose "METHOD path" contains req (and whose body contains
- * body_has, when set) with status and reply, whatever the mode. */
+ * body_has, when set) with status and reply, whatever the mode; status 0:
+ * close the connection without an answer. */
 struct rule {
 	const char *req;
 	const char *body_has;
@@ -316,7 +317,8 @@ static void serve_one(int fd)
 		return;
 	}
 	if (rule) {
-		respond(fd, rule->status, NULL, rule->reply, strlen(rule->reply));
+		if (rule->status)
+			respond(fd, rule->status, NULL, rule->reply, strlen(rule->reply));
 		return;
 	}
 	switch (S.mode) {
@@ -1515,6 +1517,96 @@ static void sandbox_get_archive_missing(void **state)
 	nbrun__sandbox_free(sb);
 }
 
+/* ---- gc ------------------------------------------------------------------------- */
+
+/* Labelled long ago (older than any --older-than), or in the far future (never old enough). */
+#define GC_OLD "{\"nbrun.run\":\"x\",\"nbrun.created\":\"1\"}"
+#define GC_YOUNG "{\"nbrun.run\":\"x\",\"nbrun.created\":\"99999999999\"}"
+
+static void gc_answers(void)
+{
+	static const char containers[] =
+		"[{\"Id\":\"c1ok\",\"Labels\":" GC_OLD "},"
+		"{\"Id\":\"c2refused\",\"Labels\":" GC_OLD "},"
+		"{\"Id\":\"c3dropped\",\"Labels\":" GC_OLD "},"
+		"{\"Id\":\"c4gone\",\"Labels\":" GC_OLD "},"
+		"{\"Id\":\"c5young\",\"Labels\":" GC_YOUNG "}]";
+	static const char volumes[] =
+		"{\"Volumes\":[{\"Name\":\"v1ok\",\"Labels\":" GC_OLD "},"
+		"{\"Name\":\"v2refused\",\"Labels\":" GC_OLD "}]}";
+
+	answer("GET /v1.41/containers/json", NULL, 200, containers);
+	answer("GET /v1.41/volumes?", NULL, 200, volumes);
+	answer("DELETE /v1.41/containers/c2refused", NULL, 500,
+	       "{\"message\":\"removal refused (canned)\"}");
+	answer("DELETE /v1.41/containers/c3dropped", NULL, 0, "");
+	answer("DELETE /v1.41/containers/c4gone", NULL, 404, "{\"message\":\"No such container\"}");
+	answer("DELETE /v1.41/volumes/v2refused", NULL, 409, "{\"message\":\"volume is in use (canned)\"}");
+	/* every other DELETE: the default answer, 204 */
+	S.status = 204;
+	S.body = "";
+	S.body_len = 0;
+}
+
+/* A removal refused (HTTP 500, 409) or never answered (a negative status) is
+ * a failure, not a removal; one already gone (404) is neither. */
+static void gc_counts_failures(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__docker *d;
+	struct nbrun__gc_counts c = { 99, 99 };
+
+	gc_answers();
+	d = connect_ok(&ctx);
+	assert_int_equal(nbrun__gc(d, &ctx, 3600, &c), NBRUN_EENGINE);
+	assert_int_equal(c.removed, 2);
+	assert_int_equal(c.failed, 3);
+	if (!strstr(ctx.errmsg, "3 of 5 containers and volumes could not be removed") ||
+	    !strstr(ctx.errmsg, "volume is in use (canned)"))
+		fail_msg("message: %s", ctx.errmsg);
+	/* the young one was left alone; the others were each asked once */
+	assert_int_equal(count_asked("DELETE "), 6);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/c5young"), 0);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/c3dropped"), 1);
+	nbrun__docker_free(d);
+}
+
+/* The public call fills both counts and says what failed. */
+static void gc_public_counts(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	unsigned int removed = 99, failed = 99;
+
+	gc_answers();
+	srv_start();
+	assert_int_equal(nbrun_gc(&removed, &failed, &ctx, 3600), NBRUN_EENGINE);
+	assert_int_equal(removed, 2);
+	assert_int_equal(failed, 3);
+	assert_non_null(strstr(ctx.errmsg, "could not be removed"));
+}
+
+/* Nothing failed: 0, every orphan counted once, no message. */
+static void gc_all_removed(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__docker *d;
+	struct nbrun__gc_counts c = { 99, 99 };
+	static const char containers[] = "[{\"Id\":\"c1ok\",\"Labels\":" GC_OLD "}]";
+
+	answer("GET /v1.41/containers/json", NULL, 200, containers);
+	answer("GET /v1.41/volumes?", NULL, 200,
+	       "{\"Volumes\":[{\"Name\":\"v1ok\",\"Labels\":" GC_OLD "}]}");
+	S.status = 204;
+	S.body = "";
+	S.body_len = 0;
+	d = connect_ok(&ctx);
+	assert_int_equal(nbrun__gc(d, &ctx, 3600, &c), 0);
+	assert_int_equal(c.removed, 2);
+	assert_int_equal(c.failed, 0);
+	assert_string_equal(ctx.errmsg, "");
+	nbrun__docker_free(d);
+}
+
 int main(int argc, char **argv)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1558,6 +1650,9 @@ int main(int argc, char **argv)
 		T(sandbox_new_invalid),
 		T(sandbox_put_archive_refused),
 		T(sandbox_get_archive_missing),
+		T(gc_counts_failures),
+		T(gc_public_counts),
+		T(gc_all_removed),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	unit_filter_args(argc, argv);
