@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/* The server state shared by fuzz-http and fuzz-mcp (fuzz-serve.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "fuzz-serve.h"
+#include "mcp.h"
+#include "path.h"
+
+static volatile sig_atomic_t fuzz_stopping;
+static struct serve fuzz_s;
+static struct cli_run_args fuzz_args;
+static bool fuzz_ready;
+
+void fuzz_check(int ok, const char *what)
+{
+	if (!ok) {
+		fprintf(stderr, "fuzz invariant broken: %s\n", what);
+		abort();
+	}
+}
+
+static int fuzz_put(int dirfd, const char *name, const char *text)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	size_t n = strlen(text);
+	int rc;
+
+	if (fd < 0)
+		return -1;
+	rc = write(fd, text, n) == (ssize_t)n ? 0 : -1;
+	close(fd);
+	return rc;
+}
+
+/* A finished run as serve_api_run keeps it: result.json, the notebook, an image and files. */
+static int fuzz_fixture(int runs_fd)
+{
+	static const char result[] =
+		"{\"run_id\": \"" FUZZ_FIXTURE_RUN "\", \"status\": \"ok\", \"language\": \"python\","
+		" \"duration_ms\": 12, \"notebook\": \"notebook.ipynb\","
+		" \"cells\": [{\"index\": 0, \"status\": \"ok\", \"execution_count\": 1,"
+		" \"outputs\": [{\"type\": \"stream\", \"name\": \"stdout\", \"text\": \"hi\\n\"},"
+		" {\"type\": \"display_data\", \"images\": [\"images/cell1-1.png\"]}]}],"
+		" \"stdout\": \"hi\\n\", \"stderr\": \"\", \"error\": null,"
+		" \"images\": [{\"path\": \"images/cell1-1.png\", \"mime\": \"image/png\", \"bytes\": 8},"
+		" {\"path\": \"images/../../x.png\", \"mime\": \"image/png\", \"bytes\": 1}],"
+		" \"files\": [{\"path\": \"files/out.csv\", \"bytes\": 6},"
+		" {\"path\": \"files/sub dir/r\\u00e9sum\\u00e9.txt\", \"bytes\": 3},"
+		" {\"path\": \"files/missing.bin\", \"bytes\": 99}]}";
+	static const char notebook[] =
+		"{\"nbformat\": 4, \"nbformat_minor\": 5, \"metadata\": {}, \"cells\": [{\"id\": \"a1\","
+		" \"cell_type\": \"code\", \"source\": \"print('hi')\", \"metadata\": {},"
+		" \"execution_count\": 1, \"outputs\": [{\"output_type\": \"stream\", \"name\": \"stdout\","
+		" \"text\": \"hi\\n\"}]}]}";
+	int fd = -1, sub = -1, rc = -1;
+
+	if (mkdirat(runs_fd, FUZZ_FIXTURE_RUN, 0700) < 0 ||
+	    (fd = openat(runs_fd, FUZZ_FIXTURE_RUN, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fuzz_put(fd, "result.json", result) < 0 || fuzz_put(fd, "notebook.ipynb", notebook) < 0 ||
+	    mkdirat(fd, "images", 0700) < 0 || mkdirat(fd, "files", 0700) < 0 ||
+	    (sub = openat(fd, "images", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fuzz_put(sub, "cell1-1.png", "\x89PNG\r\n\x1a\n") < 0)
+		goto out;
+	close(sub);
+	if ((sub = openat(fd, "files", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fuzz_put(sub, "out.csv", "a,b\n1\n") < 0 || mkdirat(sub, "sub dir", 0700) < 0 ||
+	    symlinkat("/etc/passwd", sub, "passwd") < 0 || symlinkat("..", sub, "up") < 0)
+		goto out;
+	close(sub);
+	if ((sub = openat(fd, "files/sub dir", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fuzz_put(sub, "r\xc3\xa9sum\xc3\xa9.txt", "ok\n") < 0)
+		goto out;
+	rc = 0;
+out:
+	if (sub >= 0)
+		close(sub);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static void fuzz_serve_exit(void)
+{
+	char *slash;
+	int fd;
+
+	if (!fuzz_ready)
+		return;
+	fuzz_stopping = 1;
+	if (fuzz_s.mcp)
+		mcp_server_free(fuzz_s.mcp);
+	serve_sessions_stop(&fuzz_s);
+	close(fuzz_s.runs_fd);
+	slash = strrchr(fuzz_s.state_dir, '/');
+	*slash = '\0';
+	fd = open(fuzz_s.state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		serve_rm_tree(fd, slash + 1);
+		close(fd);
+	}
+	free(fuzz_s.state_dir);
+	free(fuzz_s.runs_dir);
+	cli_run_args_free(&fuzz_args);
+}
+
+struct serve *fuzz_serve(void)
+{
+	struct serve *s = &fuzz_s;
+	const char *tmpdir = getenv("TMPDIR");
+	char *tmp = NULL;
+
+	if (fuzz_ready)
+		return s;
+	/* Never the machine's engine: every engine call fails as with dockerd down. */
+	setenv("DOCKER_HOST", "unix:///nonexistent/nbrun-fuzz-no-engine.sock", 1);
+	memset(s, 0, sizeof(*s));
+	s->runs_fd = -1;
+	s->stopping = &fuzz_stopping;
+	s->max_runs = 4;
+	s->pool_size = 0;
+	s->keep_runs = SERVE_DEFAULT_KEEP;
+	s->retention_ms = SERVE_DEFAULT_RETENTION_MS;
+	s->max_sessions = 4;
+	s->session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
+	s->session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
+#ifdef SERVE_AUTH_FAILURES
+	/* nbrun serve's connection limits; wrong tokens never rate-limited, so
+	 * that an input is answered the same whatever ran before it. */
+	s->conn_timeout_s = SERVE_CONN_TIMEOUT_S;
+	s->max_conns = SERVE_CONN_LIMIT;
+	s->max_conns_per_ip = SERVE_CONN_PER_IP;
+	s->auth_failures = UINT_MAX;
+#endif
+	snprintf(s->token, sizeof(s->token), "fuzz-token-0123456789abcdef");
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->idle, NULL);
+	if (cli_run_args_init(&fuzz_args, 1) < 0 || cli_run_args_finish(&fuzz_args, "serve"))
+		goto fail;
+	s->opts = fuzz_args.opts;
+	if (asprintf(&s->state_dir, "%s/nbrun-fuzz-XXXXXX",
+		     tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") < 0) {
+		s->state_dir = NULL;
+		goto fail;
+	}
+	if (!mkdtemp(s->state_dir) || asprintf(&s->runs_dir, "%s/runs", s->state_dir) < 0 ||
+	    asprintf(&tmp, "%s/tmp", s->state_dir) < 0 || path_mkdir_p(s->runs_dir, 0700) < 0 ||
+	    path_mkdir_p(tmp, 0700) < 0 ||
+	    (s->runs_fd = open(s->runs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fuzz_fixture(s->runs_fd) < 0)
+		goto fail;
+	free(tmp);
+	if (serve_sessions_start(s) < 0 || !(s->mcp = mcp_server_new(s)))
+		goto fail;
+	fuzz_ready = true;
+	atexit(fuzz_serve_exit);
+	return s;
+fail:
+	fprintf(stderr, "fuzz: cannot set up the server state: %s\n", strerror(errno));
+	free(tmp);
+	return NULL;
+}
+
+/* Empty a directory below dirfd, keeping the entry named keep (NULL: none). */
+static void fuzz_empty(int dirfd, const char *keep)
+{
+	DIR *d;
+	struct dirent *e;
+	int fd = dup(dirfd);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && (!keep || strcmp(e->d_name, keep)))
+			serve_rm_tree(dirfd, e->d_name);
+	closedir(d);
+}
+
+void fuzz_serve_clean(struct serve *s)
+{
+	int fd = open(s->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int tmp;
+
+	fuzz_empty(s->runs_fd, FUZZ_FIXTURE_RUN);
+	if (fd < 0)
+		return;
+	tmp = openat(fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (tmp >= 0) {
+		fuzz_empty(tmp, NULL);
+		close(tmp);
+	}
+	close(fd);
+}
