@@ -78,18 +78,27 @@ static void serve_help(void)
 	       "  --max-sessions N      sessions open at once; more get 503 (default %d)\n"
 	       "  --session-idle DUR    a session unused this long is closed (default 10m)\n"
 	       "  --session-lifetime DUR  the most a session lives (default 1h)\n"
+	       "  --conn-timeout DUR    a connection that sends or reads nothing this long is\n"
+	       "                        closed (slow or stalled clients; default %ds)\n"
+	       "  --max-connections N   connections at once, more are refused (default %d)\n"
+	       "  --max-connections-per-ip N  connections at once from one client address\n"
+	       "                        (default %d)\n"
+	       "  --auth-failures N     wrong or missing tokens from one client address (an IPv6\n"
+	       "                        /64; a unix socket's peers count as one) in a minute before\n"
+	       "                        it gets 429 with Retry-After until the minute ends, even\n"
+	       "                        with the right token (default %d)\n"
 	       "  -h, --help            this text\n"
 	       "Run defaults and limits (a request may lower the timeout, not raise it; -e\n"
 	       "variables go to every run, a request's env wins on the same name):\n"
 	       "%s"
 	       "\n"
-	       "Limits: request body 64 MiB (413 beyond); images and files inlined as base64 when\n"
-	       "each is at most 1 MiB and all inlined at most 8 MiB (always reachable by url);\n"
-	       "idle connections closed after %d s; at most 256 connections.\n"
+	       "Limits: request body 64 MiB (413 beyond); request line and headers 32 KiB (431);\n"
+	       "images and files inlined as base64 when each is at most 1 MiB and all inlined at\n"
+	       "most 8 MiB (always reachable by url).\n"
 	       "\n"
 	       "Exit codes: 0 stopped by a signal, 2 usage, 5 cannot listen or write the state.\n",
-	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, cli_run_options_help,
-	       SERVE_CONN_TIMEOUT_S);
+	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, SERVE_CONN_TIMEOUT_S,
+	       SERVE_CONN_LIMIT, SERVE_CONN_PER_IP, SERVE_AUTH_FAILURES, cli_run_options_help);
 }
 
 /* ---- state directory --------------------------------------------------------------- */
@@ -543,7 +552,7 @@ int cmd_serve(int argc, char **argv)
 	enum {
 		OPT_LISTEN = CLI_OPT_FIRST_LOCAL, OPT_SOCKET, OPT_TOKEN_FILE, OPT_POOL, OPT_STATE_DIR,
 		OPT_MAX_RUNS, OPT_KEEP, OPT_RETENTION, OPT_MAX_SESSIONS, OPT_SESSION_IDLE,
-		OPT_SESSION_LIFE,
+		OPT_SESSION_LIFE, OPT_CONN_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_AUTH_FAILURES,
 	};
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -557,6 +566,10 @@ int cmd_serve(int argc, char **argv)
 		{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
 		{ "session-idle", required_argument, NULL, OPT_SESSION_IDLE },
 		{ "session-lifetime", required_argument, NULL, OPT_SESSION_LIFE },
+		{ "conn-timeout", required_argument, NULL, OPT_CONN_TIMEOUT },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
+		{ "max-connections-per-ip", required_argument, NULL, OPT_MAX_CONNS_IP },
+		{ "auth-failures", required_argument, NULL, OPT_AUTH_FAILURES },
 		{ "help", no_argument, NULL, 'h' },
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -583,6 +596,10 @@ int cmd_serve(int argc, char **argv)
 	s.max_sessions = SERVE_DEFAULT_MAX_SESSIONS;
 	s.session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
 	s.session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
+	s.conn_timeout_s = SERVE_CONN_TIMEOUT_S;
+	s.max_conns = SERVE_CONN_LIMIT;
+	s.max_conns_per_ip = SERVE_CONN_PER_IP;
+	s.auth_failures = SERVE_AUTH_FAILURES;
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.idle, NULL);
 	if (cli_run_args_init(&args, argc) < 0) {
@@ -647,6 +664,34 @@ int cmd_serve(int argc, char **argv)
 						c == OPT_SESSION_IDLE ? "session-idle" : "session-lifetime", optarg);
 				goto out;
 			}
+			break;
+		case OPT_CONN_TIMEOUT: {
+			uint64_t ms;
+			if (cli_parse_duration(&ms, optarg) < 0 || ms < 1000 || ms > 24 * 3600 * 1000ULL) {
+				cli_usage_error("serve", "--conn-timeout: '%s' is not a duration from 1s to 24h",
+						optarg);
+				goto out;
+			}
+			s.conn_timeout_s = (unsigned int)(ms / 1000);
+			break;
+		}
+		case OPT_MAX_CONNS:
+		case OPT_MAX_CONNS_IP:
+		case OPT_AUTH_FAILURES:
+			if (cli_parse_count(&n, optarg) < 0 || n > 65536) {
+				cli_usage_error("serve", "--%s: '%s' is not a whole number from 1 to 65536",
+						c == OPT_MAX_CONNS ? "max-connections"
+						: c == OPT_MAX_CONNS_IP ? "max-connections-per-ip"
+									: "auth-failures",
+						optarg);
+				goto out;
+			}
+			if (c == OPT_MAX_CONNS)
+				s.max_conns = (unsigned int)n;
+			else if (c == OPT_MAX_CONNS_IP)
+				s.max_conns_per_ip = (unsigned int)n;
+			else
+				s.auth_failures = (unsigned int)n;
 			break;
 		case 'h':
 			serve_help();

@@ -12,23 +12,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "buf.h"
 #include "cli.h"
 #include "serve.h"
+#include "text.h"
 
 void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
 		       const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], *clean;
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	msg[strcspn(msg, "\r\n")] = '\0'; /* one line */
+	/* What a client sent (an id, a key cut at 64 bytes) may not be UTF-8:
+	 * jansson would refuse the whole message. */
+	clean = text_utf8_sanitize(msg, strlen(msg), NULL);
 	json_decref(r->body);
 	r->status = status;
-	r->body = json_pack("{s:s, s:s}", "error", msg, "kind", kind);
+	r->body = clean ? json_pack("{s:s, s:s}", "error", clean, "kind", kind) : NULL;
+	free(clean);
 }
 
 bool serve_run_id_valid(const char *id)
@@ -556,6 +563,57 @@ out:
 	return rc;
 }
 
+/*
+ * A run of another token than the first is marked with the sender's digest
+ * in .owner (no GET route reaches a name outside files/ and images/);
+ * the first token's runs, and the MCP tools', have none.
+ */
+static int serve_write_owner(int run_fd, const char *owner)
+{
+	int fd;
+	ssize_t w;
+
+	if (!*owner)
+		return 0;
+	fd = openat(run_fd, ".owner", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	w = write(fd, owner, strlen(owner));
+	if (close(fd) < 0 || w != (ssize_t)strlen(owner))
+		return -1;
+	return 0;
+}
+
+int serve_open_run(struct serve *s, const char *id, const char *owner)
+{
+	char got[65] = "", want[65];
+	int run_fd, fd;
+	ssize_t n = 0;
+
+	if (!serve_run_id_valid(id))
+		return -1;
+	run_fd = openat(s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0)
+		return -1;
+	fd = openat(run_fd, ".owner", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, got, sizeof(got) - 1);
+		close(fd);
+		got[n > 0 ? n : 0] = '\0';
+	} else if (errno != ENOENT) {
+		close(run_fd);
+		return -1;
+	}
+	/* Both padded to 64 bytes and compared whole, in constant time. */
+	memset(want, 0, sizeof(want));
+	snprintf(want, sizeof(want), "%s", owner);
+	if (fd < 0 ? *owner != '\0' : (n != 64 || CRYPTO_memcmp(got, want, 64) != 0)) {
+		close(run_fd);
+		return -1;
+	}
+	return run_fd;
+}
+
 static bool serve_reserve(struct serve *s, struct serve_reply *reply)
 {
 	bool ok = false;
@@ -667,6 +725,12 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	}
 	free(out_dir);
 	out_dir = NULL;
+	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (run_fd < 0 || serve_write_owner(run_fd, req->owner) < 0) {
+		serve_reply_error(reply, 500, "internal", "cannot keep the run's outputs: %s",
+				  strerror(errno));
+		goto out;
+	}
 	if (asprintf(&out_dir, "%s/%s", s->runs_dir, run_id) < 0) {
 		out_dir = NULL;
 		serve_reply_error(reply, 500, "internal", "out of memory");
@@ -676,8 +740,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	if (!json_is_null(json_object_get(doc, "notebook")) &&
 	    asprintf(&nb, "%s/notebook.ipynb", out_dir) >= 0)
 		json_object_set_new(doc, "notebook", json_string(nb));
-	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (run_fd < 0 || serve_write_result(run_fd, doc) < 0) {
+	if (serve_write_result(run_fd, doc) < 0) {
 		serve_reply_error(reply, 500, "internal", "cannot write the run's result.json");
 		goto out;
 	}
@@ -698,14 +761,13 @@ out:
 	free(nb);
 }
 
-void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id)
+void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id,
+			  const char *owner)
 {
 	int run_fd = -1, fd = -1;
 	json_t *doc = NULL;
 
-	if (!serve_run_id_valid(run_id))
-		goto out;
-	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	run_fd = serve_open_run(s, run_id, owner);
 	if (run_fd < 0)
 		goto out;
 	fd = serve_open_below(run_fd, "result.json");

@@ -2,6 +2,7 @@
 /* nbrun serve: libmicrohttpd glue: routing, bearer-token auth, bounded bodies, replies. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -18,8 +19,18 @@
 #include "mcp.h"
 #include "serve.h"
 
-/* More than this many connections at once are refused by libmicrohttpd. */
-#define SERVE_CONN_LIMIT 256
+/* Failed authentications are counted per client address over this window. */
+#define SERVE_AUTH_WINDOW_MS 60000
+/* Client addresses tracked at once; beyond, the oldest window is forgotten. */
+#define SERVE_AUTH_SLOTS 1024
+
+/* Failures of one client address (IPv4, an IPv6 /64, or every unix-socket peer). */
+struct serve_auth_slot {
+	unsigned char key[9]; /* family, then 4 or 8 address bytes */
+	bool used;
+	uint64_t start_ms;
+	unsigned int fails;
+};
 
 struct serve_http {
 	struct MHD_Daemon *daemon;
@@ -28,6 +39,8 @@ struct serve_http {
 	/* the tokens of tenants 1..n (tenant 0 is token_hash) */
 	unsigned char (*tenant_hash)[32];
 	size_t n_tenants;
+	pthread_mutex_t auth_lock;
+	struct serve_auth_slot *auth;
 };
 
 enum serve_route {
@@ -86,15 +99,124 @@ static int serve_tenant(struct serve_http *h, struct MHD_Connection *c)
 	return tenant;
 }
 
-static bool serve_authorized(struct serve_http *h, struct MHD_Connection *c)
+/*
+ * Who may read a run (serve_request.owner): "" for the first token, else the
+ * hex SHA-256 of the tenant's token.
+ */
+static void serve_owner_of(char out[65], struct serve_http *h, int tenant)
 {
-	return serve_tenant(h, c) >= 0;
+	out[0] = '\0';
+	if (tenant <= 0 || (size_t)tenant > h->n_tenants)
+		return;
+	for (size_t i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", h->tenant_hash[tenant - 1][i]);
+}
+
+/* The rate limiter's key of the peer: its IPv4 address, its IPv6 /64, or "unix". */
+static void serve_peer_key(unsigned char key[9], struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	memset(key, 0, 9);
+	if (sa && sa->sa_family == AF_INET) {
+		key[0] = 4;
+		memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a)) {
+			key[0] = 4;
+			memcpy(key + 1, a->s6_addr + 12, 4);
+		} else {
+			key[0] = 6;
+			memcpy(key + 1, a->s6_addr, 8); /* one host often has a whole /64 */
+		}
+	}
+}
+
+/* The slot of key, made (oldest window forgotten) when make is set; auth_lock held. */
+static struct serve_auth_slot *serve_auth_slot(struct serve_http *h, const unsigned char key[9],
+					       uint64_t now, bool make)
+{
+	struct serve_auth_slot *free_slot = NULL, *oldest = NULL;
+
+	for (size_t i = 0; i < SERVE_AUTH_SLOTS; i++) {
+		struct serve_auth_slot *a = &h->auth[i];
+		if (a->used && now - a->start_ms >= SERVE_AUTH_WINDOW_MS)
+			a->used = false;
+		if (a->used && !memcmp(a->key, key, sizeof(a->key)))
+			return a;
+		if (!a->used && !free_slot)
+			free_slot = a;
+		if (a->used && (!oldest || a->start_ms < oldest->start_ms))
+			oldest = a;
+	}
+	if (!make)
+		return NULL;
+	if (!free_slot)
+		free_slot = oldest;
+	memcpy(free_slot->key, key, sizeof(free_slot->key));
+	free_slot->used = true;
+	free_slot->start_ms = now;
+	free_slot->fails = 0;
+	return free_slot;
+}
+
+/*
+ * Seconds until the peer may try a token again (0: now). A peer that sent
+ * auth_failures wrong or missing tokens within a minute is refused until
+ * the minute is over, whatever it sends: it learns nothing more. Other
+ * addresses are not affected.
+ */
+static unsigned int serve_auth_blocked(struct serve_http *h, struct MHD_Connection *c)
+{
+	unsigned char key[9];
+	uint64_t now = clock_mono_ms();
+	struct serve_auth_slot *a;
+	unsigned int wait = 0;
+
+	serve_peer_key(key, c);
+	pthread_mutex_lock(&h->auth_lock);
+	a = serve_auth_slot(h, key, now, false);
+	if (a && a->fails >= h->s->auth_failures)
+		wait = (unsigned int)((a->start_ms + SERVE_AUTH_WINDOW_MS - now + 999) / 1000);
+	pthread_mutex_unlock(&h->auth_lock);
+	return wait;
+}
+
+static void serve_auth_failed(struct serve_http *h, struct MHD_Connection *c)
+{
+	unsigned char key[9];
+	struct serve_auth_slot *a;
+
+	serve_peer_key(key, c);
+	pthread_mutex_lock(&h->auth_lock);
+	a = serve_auth_slot(h, key, clock_mono_ms(), true);
+	a->fails++;
+	pthread_mutex_unlock(&h->auth_lock);
+}
+
+static enum MHD_Result serve_header_size(void *cls, enum MHD_ValueKind kind, const char *key,
+					 const char *value)
+{
+	size_t *total = cls;
+
+	(void)kind;
+	*total += strlen(key) + (value ? strlen(value) : 0) + 4;
+	return MHD_YES;
 }
 
 static void serve_log(struct MHD_Connection *c, const char *method, const char *url,
 		      unsigned int status, const struct serve_conn *sc)
 {
-	fprintf(stderr, "nbrun: serve: %s %.200s %u %.3fs\n", method, url, status,
+	char clean[201];
+	size_t i;
+
+	/* The url is decoded: a %0a in it must not start a forged log line. */
+	for (i = 0; url[i] && i < sizeof(clean) - 1; i++)
+		clean[i] = (unsigned char)url[i] < 0x20 || url[i] == 0x7f ? '?' : url[i];
+	clean[i] = '\0';
+	fprintf(stderr, "nbrun: serve: %.16s %s %u %.3fs\n", method, clean, status,
 		sc ? (double)(clock_mono_ms() - sc->t0) / 1000.0 : 0.0);
 }
 
@@ -221,7 +343,8 @@ static const char *serve_image_type(const char *name)
 
 /* A stored output of a run, streamed from its file. */
 static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connection *c,
-				       const char *id, const char *rel, enum serve_route route,
+				       const char *id, const char *owner, const char *rel,
+				       enum serve_route route,
 				       const char *method, const char *url,
 				       const struct serve_conn *sc)
 {
@@ -230,9 +353,7 @@ static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connecti
 	int run_fd = -1, fd = -1;
 	const char *type;
 
-	if (!serve_run_id_valid(id))
-		goto missing;
-	run_fd = openat(h->s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	run_fd = serve_open_run(h->s, id, owner);
 	if (run_fd < 0)
 		goto missing;
 	fd = serve_open_below(run_fd, rel);
@@ -270,6 +391,7 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 	if (serve_request_parse(&req, &reply, h->s, sc->body.data ? sc->body.data : "", sc->body.len,
 				tmp_root) == 0) {
 		buf_free(&sc->body); /* the files are on disk now */
+		serve_owner_of(req.owner, h, sc->tenant);
 		if (serve_wants_ndjson(c)) {
 			unsigned int status = 500;
 			struct MHD_Response *r = serve_stream_run(h->s, c, &req, &status);
@@ -293,8 +415,9 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	enum serve_route route;
 	const char *rest, *len;
-	char id[80];
+	char id[80], owner[65];
 	char *text;
+	int tenant;
 
 	route = serve_route_of(url, id, sizeof(id), &rest);
 	if (sc) {
@@ -329,16 +452,39 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		}
 		return serve_finish_post(h, c, sc, method, url);
 	}
+	{
+		size_t hdr = strlen(url) + strlen(method) + 16;
+		MHD_get_connection_values(c, MHD_HEADER_KIND, serve_header_size, &hdr);
+		if (hdr > SERVE_HEADERS_MAX) {
+			return serve_send_error(c, 431, "too_large",
+						"request line and headers larger than 32 KiB", method, url,
+						NULL);
+		}
+	}
 	if (route == ROUTE_HEALTH) {
 		if (!get)
 			return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
 		serve_api_health(&reply, h->s);
 		return serve_send(c, &reply, method, url, NULL);
 	}
-	if (!serve_authorized(h, c))
+	{
+		unsigned int wait = serve_auth_blocked(h, c);
+		if (wait) {
+			serve_reply_error(&reply, 429, "auth",
+					  "too many wrong or missing tokens from this address; try again in %u s",
+					  wait);
+			reply.retry_after = wait;
+			return serve_send(c, &reply, method, url, NULL);
+		}
+	}
+	tenant = serve_tenant(h, c);
+	if (tenant < 0) {
+		serve_auth_failed(h, c);
 		return serve_send_error(c, 401, "auth",
 					"missing or wrong token (send 'Authorization: Bearer TOKEN')",
 					method, url, NULL);
+	}
+	serve_owner_of(owner, h, tenant);
 	if (serve_sessions_route(url)) {
 		unsigned int status = 500;
 		struct MHD_Response *r;
@@ -352,7 +498,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 				return MHD_NO;
 			buf_init(&sc->body, SERVE_BODY_MAX);
 			sc->sessions = true;
-			sc->tenant = serve_tenant(h, c);
+			sc->tenant = tenant;
 			sc->t0 = clock_mono_ms();
 			*con_cls = sc;
 			pthread_mutex_lock(&h->s->lock);
@@ -360,7 +506,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			pthread_mutex_unlock(&h->s->lock);
 			return MHD_YES;
 		}
-		r = serve_sessions_handle(h->s, c, serve_tenant(h, c), method, url, NULL, 0, &status);
+		r = serve_sessions_handle(h->s, c, tenant, method, url, NULL, 0, &status);
 		serve_log(c, method, url, status, NULL);
 		return serve_queue(c, status, r, NULL);
 	}
@@ -390,6 +536,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			return MHD_NO;
 		buf_init(&sc->body, route == ROUTE_MCP ? MCP_MESSAGE_MAX : SERVE_BODY_MAX);
 		sc->mcp = route == ROUTE_MCP;
+		sc->tenant = tenant;
 		sc->t0 = clock_mono_ms();
 		*con_cls = sc;
 		pthread_mutex_lock(&h->s->lock);
@@ -409,12 +556,12 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 					: NULL,
 				   "text/plain; version=0.0.4");
 	case ROUTE_RUN_RESULT:
-		serve_api_get_result(&reply, h->s, id);
+		serve_api_get_result(&reply, h->s, id, owner);
 		return serve_send(c, &reply, method, url, NULL);
 	case ROUTE_RUN_NOTEBOOK:
-		return serve_send_file(h, c, id, "notebook.ipynb", route, method, url, NULL);
+		return serve_send_file(h, c, id, owner, "notebook.ipynb", route, method, url, NULL);
 	default:
-		return serve_send_file(h, c, id, rest, route, method, url, NULL);
+		return serve_send_file(h, c, id, owner, rest, route, method, url, NULL);
 	}
 }
 
@@ -440,14 +587,19 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 {
 	struct serve_http *h = calloc(1, sizeof(*h));
 
-	if (!h || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0 ||
+	if (h)
+		h->auth = calloc(SERVE_AUTH_SLOTS, sizeof(*h->auth));
+	if (!h || !h->auth || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0 ||
 	    (s->n_tenant_tokens &&
 	     !(h->tenant_hash = calloc(s->n_tenant_tokens, sizeof(*h->tenant_hash))))) {
 		cli_error("out of memory");
 		close(listen_fd);
+		if (h)
+			free(h->auth);
 		free(h);
 		return NULL;
 	}
+	pthread_mutex_init(&h->auth_lock, NULL);
 	for (size_t i = 0; i < s->n_tenant_tokens; i++)
 		if (serve_hash(h->tenant_hash[i], s->tenant_tokens[i], strlen(s->tenant_tokens[i])) == 0)
 			h->n_tenants = i + 1;
@@ -460,14 +612,17 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 				     MHD_USE_ITC | MHD_USE_ERROR_LOG,
 				     0, NULL, NULL, serve_handler, h,
 				     MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-				     MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVE_CONN_LIMIT,
-				     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVE_CONN_TIMEOUT_S,
+				     MHD_OPTION_CONNECTION_LIMIT, s->max_conns,
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->max_conns_per_ip,
+				     MHD_OPTION_CONNECTION_TIMEOUT, s->conn_timeout_s,
 				     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 				     MHD_OPTION_NOTIFY_COMPLETED, serve_completed, h,
 				     MHD_OPTION_END);
 	if (!h->daemon) {
 		cli_error("cannot start the HTTP server (libmicrohttpd)");
 		close(listen_fd);
+		pthread_mutex_destroy(&h->auth_lock);
+		free(h->auth);
 		free(h->tenant_hash);
 		free(h);
 		return NULL;
@@ -488,6 +643,8 @@ void serve_http_stop(struct serve_http *h)
 	if (!h)
 		return;
 	MHD_stop_daemon(h->daemon);
+	pthread_mutex_destroy(&h->auth_lock);
+	free(h->auth);
 	free(h->tenant_hash);
 	free(h);
 }

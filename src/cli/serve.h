@@ -25,6 +25,12 @@
 #define SERVE_MAX_FILES 1000
 #define SERVE_MAX_ENV 256
 #define SERVE_CONN_TIMEOUT_S 30
+#define SERVE_CONN_LIMIT 256
+#define SERVE_CONN_PER_IP 64
+/* Request line and headers together: beyond, 431 with a JSON message. */
+#define SERVE_HEADERS_MAX (32u << 10)
+/* Wrong or missing tokens from one client address (an IPv6 /64) in a minute before 429. */
+#define SERVE_AUTH_FAILURES 20
 #define SERVE_TOKEN_MAX 1024
 #define SERVE_DEFAULT_PORT 8411
 #define SERVE_DEFAULT_RETENTION_MS (3600u * 1000u)
@@ -60,6 +66,11 @@ struct serve {
 	unsigned int max_runs;         /* runs executing at once; beyond: 503 */
 	unsigned int keep_runs;        /* stored runs kept */
 	uint64_t retention_ms;
+	/* connections: idle timeout, at most at once, at most from one client address */
+	unsigned int conn_timeout_s;
+	unsigned int max_conns;
+	unsigned int max_conns_per_ip;
+	unsigned int auth_failures;    /* per client address and minute, then 429 */
 	/* The warm pool (NULL: every run is cold); serve_execute() leases from it. */
 	struct nbrun_pool *pool;
 	/* The MCP server answering at /mcp (mcp.h); NULL: none. */
@@ -101,6 +112,9 @@ struct serve_request {
 	void *payload;
 	nbrun_event_cb on_event; /* live events of the run (an NDJSON stream), or NULL */
 	void *event_payload;
+	/* Who may read the kept run: the hex SHA-256 of the sender's token ("" for
+	 * runs of the first token), written to the run's .owner. */
+	char owner[65];
 };
 
 /* HTTP-ish outcome of an API call: status code and a JSON body. */
@@ -117,8 +131,15 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 void serve_request_free(struct serve_request *req);
 /* Execute a parsed request and fill the reply (200 + result document, or an error). */
 void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
-/* GET /v1/runs/{id}: the stored result with urls. */
-void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id);
+/* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */
+void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id,
+			  const char *owner);
+/*
+ * Open the kept run id for the token whose owner digest is owner (see
+ * serve_request.owner): its directory fd, or -1 when it does not exist or
+ * is another token's (the caller answers the same 404 for both).
+ */
+int serve_open_run(struct serve *s, const char *id, const char *owner);
 void serve_api_health(struct serve_reply *reply, struct serve *s);
 /* Prometheus text; malloc'd. */
 char *serve_api_metrics(struct serve *s);
