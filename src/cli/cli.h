@@ -171,3 +171,28 @@ struct cli_remote {
 int cli_remote_run(const struct cli_remote *r);
 
 #endif
+/*
+ * What nbrun session does to its session: a local one (cmd-session.c) or
+ * one kept by an nbrun serve (remote-session.c). Each returns -1 or NULL on
+ * failure, with the message from errmsg().
+ */
+struct cli_session_ops {
+	const char *(*id)(void *s);
+	/* The result document; the execution's outputs and result.json written below dir. */
+	json_t *(*execute)(void *s, const char *code, const char *dir);
+	/* From another thread, while execute runs: false when nothing was interrupted. */
+	bool (*interrupt)(void *s);
+	int (*restart)(void *s);
+	json_t *(*files)(void *s, int *truncated);
+	/* fd is open for reading and writing, empty. */
+	int (*get)(void *s, const char *name, int fd);
+	int (*put)(void *s, const char *name, const char *data, size_t len);
+	char *(*notebook)(void *s);
+	const char *(*errmsg)(void *s);
+	bool (*kernel_dead)(void *s);
+	void (*close)(void *s);
+};
+extern const struct cli_session_ops cli_remote_session_ops;
+/* A session on a->server opened with a's files and env: 0 or an exit code (message printed). */
+int cli_remote_session_open(void **s, const struct cli_remote *a);
+

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * nbrun session: a prompt for a person at a terminal, over a fresh local
- * session (one sandbox and its kernel kept until the prompt ends). Outputs
- * print as they stream; Ctrl-C interrupts the running cell, Ctrl-D ends.
- * Also the event printer of `nbrun run --stream`.
+ * nbrun session: a prompt for a person at a terminal, over a fresh session
+ * (one sandbox and its kernel kept until the prompt ends), local or kept by
+ * an nbrun serve (--server). Outputs print as they stream; Ctrl-C interrupts
+ * the running cell, Ctrl-D ends. Also the event printer of `nbrun run --stream`.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,9 +45,104 @@ out:
 	json_decref(ev);
 }
 
+/* ---- a local session ------------------------------------------------------------------ */
+
+static const char *local_id(void *s)
+{
+	return nbrun_session_id(s);
+}
+
+static json_t *local_execute(void *s, const char *code, const char *dir)
+{
+	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
+	struct nbrun_result *res = NULL;
+	char *text = NULL;
+	json_t *doc = NULL;
+
+	eo.out_dir = dir;
+	eo.timeout_ms = 3600 * 1000;
+	eo.on_event = cli_stream_event;
+	if (nbrun_session_execute(&res, s, code, &eo) < 0)
+		return NULL;
+	if (nbrun_result_to_json(&text, res, 0) == 0)
+		doc = json_loads(text, JSON_ALLOW_NUL, NULL);
+	free(text);
+	nbrun_result_free(res);
+	return doc;
+}
+
+static bool local_interrupt(void *s)
+{
+	return nbrun_session_interrupt(s) == 1;
+}
+
+static int local_restart(void *s)
+{
+	return nbrun_session_restart(s);
+}
+
+static json_t *local_files(void *s, int *truncated)
+{
+	char *text = NULL;
+	json_t *list;
+
+	if (nbrun_session_list_files(&text, truncated, s) < 0)
+		return NULL;
+	list = json_loads(text, 0, NULL);
+	free(text);
+	return list;
+}
+
+static int local_get(void *s, const char *name, int fd)
+{
+	return nbrun_session_get_file(s, name, fd, 1ULL << 30);
+}
+
+static int local_put(void *s, const char *name, const char *data, size_t len)
+{
+	return nbrun_session_put_file(s, name, data, len);
+}
+
+static char *local_notebook(void *s)
+{
+	char *text = NULL;
+
+	return nbrun_session_notebook(&text, s) < 0 ? NULL : text;
+}
+
+static const char *local_errmsg(void *s)
+{
+	return nbrun_session_errmsg(s);
+}
+
+static bool local_kernel_dead(void *s)
+{
+	return nbrun_session_kernel_dead(s);
+}
+
+static void local_close(void *s)
+{
+	nbrun_session_close(s);
+}
+
+static const struct cli_session_ops local_session_ops = {
+	.id = local_id,
+	.execute = local_execute,
+	.interrupt = local_interrupt,
+	.restart = local_restart,
+	.files = local_files,
+	.get = local_get,
+	.put = local_put,
+	.notebook = local_notebook,
+	.errmsg = local_errmsg,
+	.kernel_dead = local_kernel_dead,
+	.close = local_close,
+};
+
 /* ---- the prompt ----------------------------------------------------------------------- */
 
-static struct nbrun_session *session_now;
+static const struct cli_session_ops *ops = &local_session_ops;
+static void *volatile session_now;
 static int session_sigpipe[2] = { -1, -1 };
 
 static void session_on_sigint(int sig)
@@ -71,7 +166,7 @@ static void *session_sigthread(void *arg)
 	while (read(session_sigpipe[0], &c, 1) == 1) {
 		if (c == 0)
 			break;
-		if (session_now && nbrun_session_interrupt(session_now))
+		if (session_now && ops->interrupt(session_now))
 			fprintf(stderr, "\n[interrupting]\n");
 	}
 	return NULL;
@@ -82,7 +177,8 @@ static void session_help(void)
 	printf("Usage: nbrun session [OPTIONS]\n"
 	       "\n"
 	       "A prompt over a fresh session: one sandbox whose kernel keeps its state\n"
-	       "(variables, imports, files in /mnt/data) until the prompt ends.\n"
+	       "(variables, imports, files in /mnt/data) until the prompt ends, here or\n"
+	       "on an nbrun serve (--server).\n"
 	       "A line runs when entered; a line ending in ':' or '\\' goes on until an empty\n"
 	       "line; '# %%%%' starts a block that runs at the next '# %%%%' line. Commands:\n"
 	       "  :files            what /mnt/data holds (size, sha256)\n"
@@ -97,27 +193,32 @@ static void session_help(void)
 	       "\n"
 	       "Options:\n"
 	       "  -o, --out DIR         where the executions' outputs go\n"
+	       "  --server URL          a session on an nbrun serve: http://HOST:PORT or\n"
+	       "                        unix:/path/to/socket (or NBRUN_SERVER); -f and -e go\n"
+	       "                        with it, the limits are the server's\n"
+	       "  --token-file FILE     bearer token (else NBRUN_TOKEN, NBRUN_TOKEN_FILE, then\n"
+	       "                        the token file of a server on this machine)\n"
 	       "%s",
 	       cli_run_options_help);
 }
 
-static int session_cmd_files(struct nbrun_session *s)
+static int session_cmd_files(void *s)
 {
-	char *text = NULL;
 	json_t *list, *e;
 	int truncated = 0;
 	size_t i;
 
-	if (nbrun_session_list_files(&text, &truncated, s) < 0) {
-		cli_error("%s", nbrun_session_errmsg(s));
+	list = ops->files(s, &truncated);
+	if (!list) {
+		cli_error("%s", ops->errmsg(s));
 		return -1;
 	}
-	list = json_loads(text, 0, NULL);
-	free(text);
 	json_array_foreach(list, i, e) {
-		printf("%10lld  %-9s  %.12s  %s\n", (long long)json_integer_value(json_object_get(e, "size")),
-		       json_string_value(json_object_get(e, "type")),
-		       json_string_value(json_object_get(e, "sha256")) ?: "", json_string_value(json_object_get(e, "path")));
+		printf("%10lld  %-9s  %.12s  ", (long long)json_integer_value(json_object_get(e, "size")),
+		       json_string_value(json_object_get(e, "type")) ?: "?",
+		       json_string_value(json_object_get(e, "sha256")) ?: "");
+		cli_put_safe(stdout, json_string_value(json_object_get(e, "path")) ?: "", false);
+		putchar('\n');
 	}
 	if (truncated)
 		printf("(listing stopped at 10000 entries)\n");
@@ -125,30 +226,30 @@ static int session_cmd_files(struct nbrun_session *s)
 	return 0;
 }
 
-static int session_cmd_get(struct nbrun_session *s, const char *name, const char *dest)
+static int session_cmd_get(void *s, const char *name, const char *dest)
 {
 	const char *base = strrchr(name, '/');
 	int fd, rc;
 
 	if (!dest)
 		dest = base ? base + 1 : name;
-	fd = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	fd = open(dest, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		cli_error("cannot create %s: %s", dest, strerror(errno));
 		return -1;
 	}
-	rc = nbrun_session_get_file(s, name, fd, 1ULL << 30);
+	rc = ops->get(s, name, fd);
 	close(fd);
 	if (rc < 0) {
 		unlink(dest);
-		cli_error("%s", nbrun_session_errmsg(s));
+		cli_error("cannot get %s: %s", name, ops->errmsg(s));
 		return -1;
 	}
 	printf("saved %s\n", dest);
 	return 0;
 }
 
-static int session_cmd_put(struct nbrun_session *s, const char *file, const char *name)
+static int session_cmd_put(void *s, const char *file, const char *name)
 {
 	struct buf b = BUF_INIT(512u << 20);
 	char chunk[65536];
@@ -173,8 +274,8 @@ static int session_cmd_put(struct nbrun_session *s, const char *file, const char
 	}
 	if (!name)
 		name = base ? base + 1 : file;
-	if (nbrun_session_put_file(s, name, b.data ? b.data : "", b.len) < 0) {
-		cli_error("%s", nbrun_session_errmsg(s));
+	if (ops->put(s, name, b.data ? b.data : "", b.len) < 0) {
+		cli_error("%s", ops->errmsg(s));
 		rc = -1;
 	} else {
 		printf("put /mnt/data/%s (%zu bytes)\n", name, b.len);
@@ -183,13 +284,13 @@ static int session_cmd_put(struct nbrun_session *s, const char *file, const char
 	return rc;
 }
 
-static int session_cmd_save(struct nbrun_session *s, const char *path)
+static int session_cmd_save(void *s, const char *path)
 {
-	char *text = NULL;
+	char *text = ops->notebook(s);
 	FILE *f;
 
-	if (nbrun_session_notebook(&text, s) < 0) {
-		cli_error("%s", nbrun_session_errmsg(s));
+	if (!text) {
+		cli_error("%s", ops->errmsg(s));
 		return -1;
 	}
 	f = fopen(path, "wxe");
@@ -203,39 +304,58 @@ static int session_cmd_save(struct nbrun_session *s, const char *path)
 	return 0;
 }
 
-static void session_execute(struct nbrun_session *s, const char *code, const char *out_root)
+/* What an execution gave, less the stream text already printed as it came. */
+static void session_report(const json_t *doc, const char *dir)
 {
-	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
-	struct nbrun_result *res = NULL;
-	const char *name, *value, *tb;
+	const json_t *err = json_object_get(doc, "error"), *e;
+	const char *status = json_string_value(json_object_get(doc, "status")) ?: "failed";
+	const char *tb = json_string_value(json_object_get(err, "traceback"));
+	size_t i;
+
+	json_array_foreach(json_object_get(doc, "results"), i, e) {
+		cli_put_safe(stdout, json_string_value(json_object_get(e, "text")) ?: "", true);
+		putchar('\n');
+	}
+	if (tb && *tb) {
+		cli_put_safe(stderr, tb, true);
+		fputc('\n', stderr);
+	}
+	json_array_foreach(json_object_get(doc, "images"), i, e) {
+		printf("[image] %s/", dir);
+		cli_put_safe(stdout, json_string_value(json_object_get(e, "path")) ?: "", false);
+		putchar('\n');
+	}
+	json_array_foreach(json_object_get(doc, "files"), i, e) {
+		printf("[file] %s/", dir);
+		cli_put_safe(stdout, json_string_value(json_object_get(e, "path")) ?: "", false);
+		putchar('\n');
+	}
+	if (strcmp(status, "ok") && strcmp(status, "error")) {
+		fprintf(stderr, "[%s] ", status);
+		cli_put_safe(stderr, json_string_value(json_object_get(doc, "message")) ?: "", false);
+		fputc('\n', stderr);
+	}
+}
+
+static void session_execute(void *s, const char *code, const char *out_root)
+{
+	json_t *doc;
 	char *dir = NULL;
 	static unsigned int n;
 
-	if (asprintf(&dir, "%s/%s-%u", out_root, nbrun_session_id(s), ++n) < 0)
+	if (asprintf(&dir, "%s/%s-%u", out_root, ops->id(s), ++n) < 0)
 		return;
-	eo.out_dir = dir;
-	eo.timeout_ms = 3600 * 1000;
-	eo.on_event = cli_stream_event;
 	session_now = s;
-	if (nbrun_session_execute(&res, s, code, &eo) < 0) {
-		cli_error("%s", nbrun_session_errmsg(s));
-	} else {
-		for (size_t i = 0; i < nbrun_result_value_count(res); i++)
-			printf("%s\n", nbrun_result_value(res, i));
-		if (nbrun_result_error(res, &name, &value, &tb) == 1 && tb && *tb)
-			fprintf(stderr, "%s\n", tb);
-		for (size_t i = 0; i < nbrun_result_image_count(res); i++)
-			printf("[image] %s/%s\n", dir, nbrun_result_image_path(res, i));
-		for (size_t i = 0; i < nbrun_result_file_count(res); i++)
-			printf("[file] %s/%s\n", dir, nbrun_result_file_path(res, i));
-		if (nbrun_result_status(res) != NBRUN_STATUS_OK && nbrun_result_status(res) != NBRUN_STATUS_ERROR)
-			fprintf(stderr, "[%s] %s\n", nbrun_status_name(nbrun_result_status(res)),
-				nbrun_result_message(res) ?: "");
-		if (nbrun_session_kernel_dead(s))
-			fprintf(stderr, "[the kernel died: :restart for a fresh one]\n");
-	}
+	doc = ops->execute(s, code, dir);
+	if (!doc)
+		cli_error("%s", ops->errmsg(s));
+	else
+		session_report(doc, dir);
+	if (ops->kernel_dead(s))
+		fprintf(stderr, "[the kernel died: :restart for a fresh one]\n");
+	fflush(stdout);
 	session_now = NULL;
-	nbrun_result_free(res);
+	json_decref(doc);
 	free(dir);
 }
 
@@ -294,22 +414,25 @@ static bool session_read(struct buf *code, bool tty)
 
 int cmd_session(int argc, char **argv)
 {
-	enum { OPT_OUT = CLI_OPT_FIRST_LOCAL };
+	enum { OPT_SERVER = CLI_OPT_FIRST_LOCAL, OPT_TOKEN_FILE };
 	static const struct option longopts[] = {
 		{ "out", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "server", required_argument, NULL, OPT_SERVER },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_run_args args;
 	struct nbrun_ctx *ctx = NULL;
-	struct nbrun_session *s = NULL;
+	void *s = NULL;
 	struct buf code = BUF_INIT(64u << 20);
-	const char *out_root = "nbrun-out";
+	const char *out_root = "nbrun-out", *server = getenv("NBRUN_SERVER"), *token_file = NULL;
+	const char *local_only = NULL;
 	struct sigaction sa;
 	pthread_t th;
 	bool tty = isatty(0);
-	int c, rc, ret = CLI_EXIT_USAGE;
+	int c, rc, li = -1, ret = CLI_EXIT_USAGE;
 
 	if (cli_run_args_init(&args, argc) < 0) {
 		cli_error("out of memory");
@@ -317,14 +440,18 @@ int cmd_session(int argc, char **argv)
 	}
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "o:f:e:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:f:e:h", longopts, &li)) != -1) {
 		switch (c) {
 		case 'o': out_root = optarg; break;
+		case OPT_SERVER: server = optarg; break;
+		case OPT_TOKEN_FILE: token_file = optarg; break;
 		case 'h':
 			session_help();
 			ret = CLI_EXIT_OK;
 			goto out;
 		default:
+			if (c != '?' && c != 'f' && c != 'e' && !local_only && li >= 0)
+				local_only = longopts[li].name;
 			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "session");
 			if (rc == 1)
 				cli_bad_option("session", argv);
@@ -338,6 +465,17 @@ int cmd_session(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "session"))
 		goto out;
+	if (server && !*server)
+		server = NULL;
+	if (server && local_only) {
+		ret = cli_usage_error("session", "--%s is the server's to set; it cannot be used with --server",
+				      local_only);
+		goto out;
+	}
+	if (token_file && !server) {
+		ret = cli_usage_error("session", "--token-file goes with --server");
+		goto out;
+	}
 	if (nbrun_ctx_new(&ctx) < 0 || pipe2(session_sigpipe, O_CLOEXEC) < 0) {
 		cli_error("out of memory");
 		ret = CLI_EXIT_FAILED;
@@ -345,15 +483,34 @@ int cmd_session(int argc, char **argv)
 	}
 	if (tty)
 		fprintf(stderr, "nbrun: session: starting a sandbox...\n");
-	rc = nbrun_session_open(&s, ctx, &args.opts);
-	if (rc < 0) {
-		cli_error("%s", nbrun_ctx_errmsg(ctx));
-		ret = cli_exit_for_error(rc);
-		goto out;
+	if (server) {
+		struct cli_remote r;
+
+		memset(&r, 0, sizeof(r));
+		r.server = server;
+		r.token_file = token_file;
+		r.files = args.files;
+		r.file_count = args.nfiles;
+		r.env = args.env;
+		r.env_count = args.nenv;
+		ops = &cli_remote_session_ops;
+		ret = cli_remote_session_open(&s, &r);
+		if (ret)
+			goto out;
+	} else {
+		struct nbrun_session *ns = NULL;
+
+		rc = nbrun_session_open(&ns, ctx, &args.opts);
+		if (rc < 0) {
+			cli_error("%s", nbrun_ctx_errmsg(ctx));
+			ret = cli_exit_for_error(rc);
+			goto out;
+		}
+		s = ns;
 	}
+	ret = CLI_EXIT_USAGE;
 	if (tty)
-		fprintf(stderr, "nbrun: session %s ready (:help for commands, Ctrl-D to end)\n",
-			nbrun_session_id(s));
+		fprintf(stderr, "nbrun: session %s ready (:help for commands, Ctrl-D to end)\n", ops->id(s));
 	pthread_create(&th, NULL, session_sigthread, NULL);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = session_on_sigint;
@@ -380,10 +537,10 @@ int cmd_session(int argc, char **argv)
 			session_cmd_put(s, a1, a2);
 		else if (!strcmp(cmd, ":save") && a1)
 			session_cmd_save(s, a1);
-		else if (!strcmp(cmd, ":restart") && nbrun_session_restart(s) == 0)
+		else if (!strcmp(cmd, ":restart") && ops->restart(s) == 0)
 			printf("restarted\n");
 		else if (!strcmp(cmd, ":restart"))
-			cli_error("restart failed: %s", nbrun_session_errmsg(s));
+			cli_error("restart failed: %s", ops->errmsg(s));
 		else if (!strcmp(cmd, ":interrupt"))
 			printf("nothing is running\n");
 		else
@@ -398,7 +555,8 @@ int cmd_session(int argc, char **argv)
 			pthread_join(th, NULL);
 	}
 out:
-	nbrun_session_close(s);
+	if (s)
+		ops->close(s);
 	nbrun_ctx_free(ctx);
 	cli_run_args_free(&args);
 	buf_free(&code);

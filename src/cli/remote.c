@@ -14,6 +14,8 @@
 #include "buf.h"
 #include "path.h"
 #include "cli.h"
+#include "fdio.h"
+#include "remote.h"
 #include "serve.h"
 
 /* The reply is a result document plus inlined outputs (at most 8 MiB of them). */
@@ -23,19 +25,33 @@
 #define REMOTE_INPUTS_MAX (48u << 20)
 
 struct remote {
-	const struct cli_remote *args;
+	const char *server;
+	const char *token_file;
+	const volatile sig_atomic_t *cancel;
 	CURL *curl;
 	struct curl_slist *headers;
+	struct curl_slist *headers_ndjson; /* the same, asking for a stream of events */
 	char *base;      /* URL prefix, no trailing '/' */
 	char *sock;      /* unix socket path, or NULL */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
-struct remote_sink {
-	struct buf *mem;  /* or */
-	int fd;
-	uint64_t written, max;
-};
+/* Complete lines of s->mem to s->on_line; the unfinished tail stays. */
+static int remote_lines(struct remote_sink *s)
+{
+	size_t start = 0;
+	char *nl;
+
+	while ((nl = memchr(s->mem->data + start, '\n', s->mem->len - start))) {
+		size_t n = (size_t)(nl - (s->mem->data + start));
+		if (n)
+			s->on_line(s->mem->data + start, n, s->payload);
+		start += n + 1;
+	}
+	memmove(s->mem->data, s->mem->data + start, s->mem->len - start);
+	s->mem->len -= start;
+	return 0;
+}
 
 static size_t remote_write(char *p, size_t size, size_t n, void *payload)
 {
@@ -44,6 +60,13 @@ static size_t remote_write(char *p, size_t size, size_t n, void *payload)
 
 	if (s->written + len > s->max)
 		return 0;
+	if (s->mem && s->on_line) {
+		/* a stream: only its unfinished line counts against the cap */
+		if (buf_append(s->mem, p, len) < 0)
+			return 0;
+		remote_lines(s);
+		return len;
+	}
 	if (s->mem)
 		return buf_append(s->mem, p, len) < 0 ? 0 : len;
 	while (off < len) {
@@ -61,7 +84,7 @@ static size_t remote_write(char *p, size_t size, size_t n, void *payload)
 static int remote_progress(void *payload, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
 {
 	const struct remote *r = payload;
-	return r->args->cancel && *r->args->cancel ? 1 : 0;
+	return r->cancel && *r->cancel ? 1 : 0;
 }
 
 /* The token: --token-file, NBRUN_TOKEN, NBRUN_TOKEN_FILE, then STATE/token of a local server. */
@@ -106,7 +129,7 @@ static int remote_token(char *out, size_t outlen, const char *token_file)
 
 static int remote_setup(struct remote *r)
 {
-	const char *url = r->args->server;
+	const char *url = r->server;
 	char token[SERVE_TOKEN_MAX + 1], *auth = NULL;
 	size_t n;
 	int rc = -1;
@@ -127,7 +150,7 @@ static int remote_setup(struct remote *r)
 	n = strlen(r->base);
 	while (n && r->base[n - 1] == '/')
 		r->base[--n] = '\0';
-	if (remote_token(token, sizeof(token), r->args->token_file) < 0)
+	if (remote_token(token, sizeof(token), r->token_file) < 0)
 		return CLI_EXIT_USAGE;
 	r->curl = curl_easy_init();
 	if (!r->curl)
@@ -136,9 +159,12 @@ static int remote_setup(struct remote *r)
 		if (asprintf(&auth, "Authorization: Bearer %s", token) < 0)
 			goto oom;
 		r->headers = curl_slist_append(r->headers, auth);
+		r->headers_ndjson = curl_slist_append(r->headers_ndjson, auth);
 	}
 	r->headers = curl_slist_append(r->headers, "Expect:");
-	if (!r->headers)
+	r->headers_ndjson = curl_slist_append(r->headers_ndjson, "Expect:");
+	r->headers_ndjson = curl_slist_append(r->headers_ndjson, "Accept: application/x-ndjson");
+	if (!r->headers || !r->headers_ndjson)
 		goto oom;
 	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
 	curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -164,9 +190,8 @@ out:
 	return rc;
 }
 
-/* One request; *status is 0 when no HTTP reply came (message in r->errbuf). */
-static CURLcode remote_request(struct remote *r, const char *path, const char *body,
-			       struct remote_sink *sink, long timeout_ms, long *status)
+CURLcode remote_call(struct remote *r, const char *method, const char *path, const char *body,
+		     size_t body_len, struct remote_sink *sink, long timeout_ms, long *status)
 {
 	char *url = NULL;
 	CURLcode cc;
@@ -178,10 +203,14 @@ static CURLcode remote_request(struct remote *r, const char *path, const char *b
 	curl_easy_setopt(r->curl, CURLOPT_URL, url);
 	if (body) {
 		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
 	} else {
 		curl_easy_setopt(r->curl, CURLOPT_HTTPGET, 1L);
 	}
+	/* POST and GET are curl's own for a body or none; others are named */
+	curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST,
+			 strcmp(method, "GET") && strcmp(method, "POST") ? method : NULL);
+	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, sink->on_line ? r->headers_ndjson : r->headers);
 	curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, sink);
 	cc = curl_easy_perform(r->curl);
@@ -191,6 +220,55 @@ static CURLcode remote_request(struct remote *r, const char *path, const char *b
 		snprintf(r->errbuf, sizeof(r->errbuf), "%s", curl_easy_strerror(cc));
 	free(url);
 	return cc;
+}
+
+/* One request; *status is 0 when no HTTP reply came (message in r->errbuf). */
+static CURLcode remote_request(struct remote *r, const char *path, const char *body,
+			       struct remote_sink *sink, long timeout_ms, long *status)
+{
+	return remote_call(r, body ? "POST" : "GET", path, body, body ? strlen(body) : 0, sink,
+			   timeout_ms, status);
+}
+
+const char *remote_errmsg(const struct remote *r)
+{
+	return r->errbuf;
+}
+
+int remote_open(struct remote **out, const char *server, const char *token_file,
+		const volatile sig_atomic_t *cancel)
+{
+	struct remote *r = calloc(1, sizeof(*r));
+	int rc;
+
+	*out = NULL;
+	if (!r) {
+		cli_error("out of memory");
+		return CLI_EXIT_FAILED;
+	}
+	r->server = server;
+	r->token_file = token_file;
+	r->cancel = cancel;
+	rc = remote_setup(r);
+	if (rc) {
+		remote_close(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void remote_close(struct remote *r)
+{
+	if (!r)
+		return;
+	free(r->base);
+	free(r->sock);
+	curl_slist_free_all(r->headers);
+	curl_slist_free_all(r->headers_ndjson);
+	if (r->curl)
+		curl_easy_cleanup(r->curl);
+	free(r);
 }
 
 /* ---- the request ------------------------------------------------------------------- */
@@ -221,8 +299,7 @@ out:
 	return out;
 }
 
-/* The POST body; NULL with the exit code in *ret. */
-static char *remote_body(const struct cli_remote *a, int *ret)
+char *remote_body(const struct cli_remote *a, int *ret)
 {
 	json_t *doc = json_object(), *files = json_array(), *env = json_object(), *nb;
 	json_error_t jerr;
@@ -234,7 +311,7 @@ static char *remote_body(const struct cli_remote *a, int *ret)
 		goto oom;
 	if (a->code) {
 		json_object_set_new(doc, "code", json_string(a->code));
-	} else {
+	} else if (a->notebook) {
 		nb = json_loadb(a->notebook, a->notebook_len, 0, &jerr);
 		if (!json_is_object(nb)) {
 			cli_error("the notebook is not a JSON object: %s", nb ? "" : jerr.text);
@@ -356,14 +433,13 @@ static int remote_write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-/* One image or file: from content_base64 or its url; then only the schema's fields stay. */
-static int remote_save(struct remote *r, int out_fd, json_t *e)
+int remote_save(struct remote *r, int out_fd, json_t *e)
 {
 	const char *rel = json_string_value(json_object_get(e, "path"));
 	const char *b64 = json_string_value(json_object_get(e, "content_base64"));
 	const char *url = json_string_value(json_object_get(e, "url"));
 	json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
-	struct remote_sink sink = { NULL, -1, 0, REMOTE_FETCH_MAX };
+	struct remote_sink sink = { .fd = -1, .max = REMOTE_FETCH_MAX };
 	base64_decodestate st;
 	char *data = NULL;
 	long status = 0;
@@ -381,7 +457,7 @@ static int remote_save(struct remote *r, int out_fd, json_t *e)
 			sink.written = (uint64_t)base64_decode_block(b64, (int)len, data, &st);
 			rc = remote_write_all(fd, data, (size_t)sink.written);
 		}
-	} else if (url && !strncmp(url, "/v1/runs/", 9)) {
+	} else if (url && (!strncmp(url, "/v1/runs/", 9) || !strncmp(url, "/v1/sessions/", 13))) {
 		sink.fd = fd;
 		if (remote_request(r, url, NULL, &sink, 300000, &status) == CURLE_OK && status == 200)
 			rc = 0;
@@ -400,28 +476,28 @@ static int remote_save(struct remote *r, int out_fd, json_t *e)
 	return rc;
 }
 
-/* result.json, temp file + rename as the library writes it. */
-static int remote_write_result(int out_fd, const json_t *doc)
+int remote_write_result(int out_fd, const json_t *doc)
 {
 	char *text = json_dumps(doc, JSON_INDENT(2));
-	int fd, rc = -1;
+	size_t len;
+	int rc;
 
-	if (!text)
+	if (!text) {
+		errno = ENOMEM;
 		return -1;
-	unlinkat(out_fd, "result.json.tmp", 0);
-	fd = openat(out_fd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd >= 0) {
-		rc = remote_write_all(fd, text, strlen(text)) == 0 && remote_write_all(fd, "\n", 1) == 0 ? 0 : -1;
-		close(fd);
-		if (rc == 0)
-			rc = renameat(out_fd, "result.json.tmp", out_fd, "result.json");
 	}
 	free(text);
-	return rc;
+	if (rc < 0) {
+		errno = -rc;
+		return -1;
+	}
+	return 0;
 }
+	len = strlen(text);
+	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
+	rc = fd_write_file_atomic(out_fd, "result.json", text, len + 1, 0644);
 
-/* -o DIR (or the default) made absolute, created, and required empty, as a local run does. */
-static int remote_open_out(char **abs, const char *dir, const char *run_id)
+int remote_open_out(char **abs, const char *dir, const char *run_id)
 {
 	char cwd[PATH_MAX];
 	struct dirent *de;
@@ -453,7 +529,7 @@ static int remote_open_out(char **abs, const char *dir, const char *run_id)
 	return fd;
 }
 
-static int remote_exit_for_reply(long status, const json_t *err, const char *server)
+int remote_exit_for_reply(long status, const json_t *err)
 {
 	const char *msg = json_string_value(json_object_get(err, "error"));
 	const char *kind = json_string_value(json_object_get(err, "kind"));
@@ -472,9 +548,9 @@ static int remote_exit_for_reply(long status, const json_t *err, const char *ser
 
 int cli_remote_run(const struct cli_remote *a)
 {
-	struct remote r;
+	struct remote *r = NULL;
 	struct buf reply = BUF_INIT(REMOTE_REPLY_MAX);
-	struct remote_sink sink = { &reply, -1, 0, REMOTE_REPLY_MAX };
+	struct remote_sink sink = { .mem = &reply, .fd = -1, .max = REMOTE_REPLY_MAX };
 	char *body = NULL, *out_dir = NULL, *nb_path = NULL, *path = NULL;
 	const char *run_id, *status_name;
 	json_t *doc = NULL, *e;
@@ -484,10 +560,8 @@ int cli_remote_run(const struct cli_remote *a)
 	int ret = CLI_EXIT_FAILED, out_fd = -1;
 	CURLcode cc;
 
-	memset(&r, 0, sizeof(r));
-	r.args = a;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	ret = remote_setup(&r);
+	ret = remote_open(&r, a->server, a->token_file, a->cancel);
 	if (ret)
 		goto out;
 	ret = CLI_EXIT_FAILED;
@@ -504,13 +578,13 @@ int cli_remote_run(const struct cli_remote *a)
 	body = remote_body(a, &ret);
 	if (!body)
 		goto out;
-	cc = remote_request(&r, "/v1/runs", body, &sink, 0, &status);
+	cc = remote_request(r, "/v1/runs", body, &sink, 0, &status);
 	if (cc != CURLE_OK) {
 		if (a->cancel && *a->cancel) {
 			cli_error("interrupted (the server finishes the run on its own)");
 			ret = 130;
 		} else {
-			cli_error("cannot reach the nbrun server at %s: %s", a->server, r.errbuf);
+			cli_error("cannot reach the nbrun server at %s: %s", a->server, r->errbuf);
 			ret = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
 				      cc == CURLE_OPERATION_TIMEDOUT
 				      ? CLI_EXIT_ENGINE
@@ -520,7 +594,7 @@ int cli_remote_run(const struct cli_remote *a)
 	}
 	doc = json_loadb(reply.data ? reply.data : "", reply.len, 0, NULL);
 	if (status != 200) {
-		ret = remote_exit_for_reply(status, doc, a->server);
+		ret = remote_exit_for_reply(status, doc);
 		goto out;
 	}
 	run_id = json_string_value(json_object_get(doc, "run_id"));
@@ -535,26 +609,31 @@ int cli_remote_run(const struct cli_remote *a)
 		goto out;
 	}
 	json_array_foreach(json_object_get(doc, "images"), i, e)
-		if (remote_save(&r, out_fd, e) < 0)
+		if (remote_save(r, out_fd, e) < 0)
 			goto out;
 	json_array_foreach(json_object_get(doc, "files"), i, e)
-		if (remote_save(&r, out_fd, e) < 0)
+		if (remote_save(r, out_fd, e) < 0)
 			goto out;
 	/* The executed notebook, when the run kept one. */
 	if (!json_is_null(json_object_get(doc, "notebook"))) {
-		struct remote_sink nb = { NULL, -1, 0, 1ull << 30 };
-		int fd = openat(out_fd, "notebook.ipynb", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		struct remote_sink nb = { .fd = -1, .max = 1ull << 30 };
+		struct fd_atomic nbf;
+		int fd = fd_atomic_open(&nbf, out_fd, "notebook.ipynb", 0644);
 		nb.fd = fd;
 		if (fd < 0 || asprintf(&path, "/v1/runs/%s/notebook", run_id) < 0 ||
-		    remote_request(&r, path, NULL, &nb, 300000, &status) != CURLE_OK || status != 200 ||
+		    remote_request(r, path, NULL, &nb, 300000, &status) != CURLE_OK || status != 200 ||
 		    asprintf(&nb_path, "%s/notebook.ipynb", out_dir) < 0) {
-			cli_error("cannot fetch the executed notebook: %s", status ? "not found" : r.errbuf);
+			cli_error("cannot fetch the executed notebook: %s", status ? "not found" : r->errbuf);
 			nb_path = NULL;
 			if (fd >= 0)
-				close(fd);
+				fd_atomic_abort(&nbf);
 			goto out;
 		}
-		close(fd);
+		fd = fd_atomic_commit(&nbf);
+		if (fd < 0) {
+			cli_error("cannot write %s: %s", nb_path, strerror(-fd));
+			goto out;
+		}
 	}
 	json_object_set_new(doc, "out_dir", json_string(out_dir));
 	json_object_set_new(doc, "notebook", nb_path ? json_string(nb_path) : json_null());
@@ -587,11 +666,7 @@ out:
 	free(out_dir);
 	free(nb_path);
 	free(path);
-	free(r.base);
-	free(r.sock);
-	curl_slist_free_all(r.headers);
-	if (r.curl)
-		curl_easy_cleanup(r.curl);
+	remote_close(r);
 	curl_global_cleanup();
 	return ret;
 }

@@ -369,6 +369,62 @@ def case_cli_session():
     return "a prompt over stdin: state kept, a block, an image saved, :files :get :save, an error then state still there; sandbox removed"
 
 
+def case_cli_session_server():
+    """The same prompt, its session kept by a server: the output is the local prompt's."""
+    s = server()
+    try:
+        tmp = tempfile.mkdtemp(prefix="nbrun-cli-session-server-")
+        csv = os.path.join(tmp, "in.csv")
+        with open(csv, "w") as f:
+            f.write("a,b\n1,2\n3,4\n")
+        with open(os.path.join(tmp, "up.txt"), "w") as f:
+            f.write("sent up")
+        script = ("import pandas as pd\ndf = pd.read_csv('/mnt/data/in.csv')\nint(df.a.sum())\n"
+                  "for i in range(2):\n    print('line', i)\n\n"
+                  "# %%%%\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n# %%%%\n"
+                  "open('/mnt/data/r#1.txt', 'w').write('from the session')\n"
+                  ":put %s/up.txt\nprint(open('/mnt/data/up.txt').read())\n"
+                  ":files\n:get r#1.txt\n:save %s/history.ipynb\n:get nothing-here\n"
+                  "1/0\nprint(int(df.b.sum()))\n" % (tmp, tmp))
+        env = dict(os.environ, NBRUN_TOKEN=s.token)
+        p = subprocess.run([NBRUN, "session", "--server", s.url, "-f", csv, "-o", os.path.join(tmp, "out")],
+                           input=script, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+        check(p.returncode == 0, "exit %d: %s\n%s" % (p.returncode, p.stderr, s.stderr()[-2000:]))
+        out = p.stdout
+        check("4\n" in out and "line 0\nline 1\n" in out and "[image] " in out and "sent up\n" in out,
+              "outputs: %r" % out)
+        check("r#1.txt" in out and "in.csv" in out and "up.txt" in out, ":files: %r" % out)
+        check(out.rstrip().endswith("6"), "state after an error: %r" % out[-200:])
+        check("ZeroDivisionError" in p.stderr and "Traceback" in p.stderr, "error: %r" % p.stderr)
+        check("nothing-here" in p.stderr and "HTTP 404" in p.stderr, ":get of no file: %r" % p.stderr)
+        check(not os.path.exists(os.path.join(tmp, "nothing-here")), ":get left a file for a refusal")
+        with open(os.path.join(tmp, "r#1.txt")) as f:
+            check(f.read() == "from the session", ":get")
+        with open(os.path.join(tmp, "history.ipynb")) as f:
+            cells = json.load(f)["cells"]
+            check(len(cells) == 7, ":save: %r" % [c["source"] for c in cells])
+        png = [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("[image] ")][0]
+        with open(png, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "the image is a PNG")
+        with open(os.path.join(os.path.dirname(os.path.dirname(png)), "result.json")) as f:
+            doc = json.load(f)
+        check(doc["out_dir"] == os.path.dirname(os.path.dirname(png)) and "url" not in doc["images"][0],
+              "result.json: %r" % doc)
+        # The session was closed when the prompt ended.
+        st, body, _ = s.curl("/v1/sessions")
+        check(st == 200 and json.loads(body)["sessions"] == [], "sessions left: %d %r" % (st, body))
+        # Limits are the server's; a bad token is a usage error.
+        p = subprocess.run([NBRUN, "session", "--server", s.url, "--memory", "1g"], input="",
+                           capture_output=True, text=True, timeout=60, env=env)
+        check(p.returncode == 2 and "--memory" in p.stderr, "--memory: %d %r" % (p.returncode, p.stderr))
+        p = subprocess.run([NBRUN, "session", "--server", s.url], input="1\n", capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, NBRUN_TOKEN="wrong"))
+        check(p.returncode == 2 and "401" in p.stderr, "bad token: %d %r" % (p.returncode, p.stderr))
+    finally:
+        s.stop()
+    return "nbrun session --server: an input file, state kept, an image and result.json saved, :put :files :get :save, a refused :get, an error then state still there; session closed at the end"
+
+
 def case_run_stream():
     code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(1)\n6 * 7\n"
     args = [NBRUN, "run", "--stream", "-o", tempfile.mkdtemp(prefix="nbrun-run-stream-") + "/out", "-c", code]

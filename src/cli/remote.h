@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client side of nbrun serve: one connection (libcurl, over TCP or a
+ * unix socket, with the bearer token) and what `run --server` and
+ * `session --server` share. remote.c.
+ */
+#ifndef NBRUN_CLI_REMOTE_H
+#define NBRUN_CLI_REMOTE_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "buf.h"
+#include "cli.h"
+
+struct remote;
+
+/* Where a reply goes: memory (mem, max bytes) or a file (fd). */
+struct remote_sink {
+	struct buf *mem;
+	int fd;
+	uint64_t written, max;
+	/* With mem: each complete line of an NDJSON reply as it comes (Accept: application/x-ndjson). */
+	void (*on_line)(const char *line, size_t len, void *payload);
+	void *payload;
+};
+
+/* server: http://HOST:PORT[/prefix] or unix:/path; 0 or a CLI exit code (message printed). */
+int remote_open(struct remote **r, const char *server, const char *token_file,
+		const volatile sig_atomic_t *cancel);
+void remote_close(struct remote *r);
+
+/* One request (method GET, POST, PUT, DELETE); *status is 0 when no HTTP reply came. */
+CURLcode remote_call(struct remote *r, const char *method, const char *path, const char *body,
+		     size_t body_len, struct remote_sink *sink, long timeout_ms, long *status);
+/* What the last failed request met. */
+const char *remote_errmsg(const struct remote *r);
+
+/* The exit code for an error reply {"error", "kind"}, its message printed. */
+int remote_exit_for_reply(long status, const json_t *err);
+
+/* A run's POST body (code or notebook, files, env, timeout; neither code nor
+ * notebook: a session's); NULL with the exit code in *ret. */
+char *remote_body(const struct cli_remote *a, int *ret);
+
+/* -o DIR (or ./nbrun-out/<run_id>) made absolute in *abs, created, required empty: its fd. */
+int remote_open_out(char **abs, const char *dir, const char *run_id);
+
+/* One image or file of a reply into out_fd, from content_base64 or its url; then
+ * only the schema's fields stay in e. */
+int remote_save(struct remote *r, int out_fd, json_t *e);
+
+/* result.json below out_fd: temp file and rename. */
+int remote_write_result(int out_fd, const json_t *doc);
+
+#endif
