@@ -164,6 +164,7 @@ struct cli_remote {
 	const char *const *env;
 	size_t env_count;
 	uint64_t timeout_ms;    /* 0: the server's */
+	const char *language;   /* canonical; NULL: the server's default (Python, or the notebook's) */
 	const char *out_dir;    /* NULL: ./nbrun-out/<run-id> */
 	bool json;
 	const volatile sig_atomic_t *cancel;

@@ -36,14 +36,18 @@ static void mcp_help(void)
 	printf("Usage: nbrun mcp [OPTIONS]\n"
 	       "\n"
 	       "Serve the Model Context Protocol on stdin/stdout (one JSON-RPC message a line;\n"
-	       "logs on stderr) for an MCP client that starts it: tools run_python and\n"
-	       "run_notebook (each call in a fresh locked-down sandbox, leased from a warm\n"
-	       "pool) and session_open/execute/upload/download/close (a sandbox kept across\n"
-	       "calls).\n"
+	       "logs on stderr) for an MCP client that starts it: tools run_python, run_code\n"
+	       "(the image's other languages) and run_notebook (each call in a fresh locked-down\n"
+	       "sandbox, Python's leased from a warm pool) and\n"
+	       "session_open/execute/upload/download/close (a sandbox kept across calls).\n"
 	       "The same server answers at /mcp on 'nbrun serve' (Streamable HTTP).\n"
 	       "It stops at the end of its input, SIGTERM or SIGINT, cancelling running calls\n"
 	       "and removing their containers.\n"
 	       "\n"
+	       "  --print-tools=FORMAT  print the tools and exit, as tools/list gives them with\n"
+	       "                        these options and the standard image (every language): mcp,\n"
+	       "                        openai or anthropic tool definitions, or arguments (the\n"
+	       "                        JSON Schema of each tool's arguments); schemas/ has them\n"
 	       "  --pool N              warm sandboxes kept ready (0 to 64, default 1)\n"
 	       "  --max-runs N          calls executing at once (default 4)\n"
 	       "  --state-dir DIR       keep runs (their images and files) under DIR/runs (nothing\n"
@@ -320,13 +324,47 @@ static void mcp_wait_idle(struct mcp_stdio *io, uint64_t ms)
 	pthread_mutex_unlock(&io->lock);
 }
 
+/*
+ * The tools as a server with these options and the standard image (every
+ * language nbrun runs) lists them; no engine is asked, so the output is the
+ * same on any machine (schemas/ holds it).
+ */
+static int mcp_print_tools(struct serve *s, const char *format)
+{
+	const char *names = nbrun_language_names();
+	char *text = NULL, *w;
+	json_t *doc;
+
+	s->languages = strdup(names);
+	if (!s->languages) {
+		cli_error("out of memory");
+		return CLI_EXIT_FAILED;
+	}
+	/* "python, r, ..." -> "python r ..." */
+	for (w = s->languages; *names; names++)
+		if (*names != ',')
+			*w++ = *names;
+	*w = '\0';
+	doc = mcp_tools_export(s, format);
+	text = doc ? json_dumps(doc, JSON_INDENT(2)) : NULL;
+	json_decref(doc);
+	if (!text) {
+		cli_error("out of memory");
+		return CLI_EXIT_FAILED;
+	}
+	printf("%s\n", text);
+	free(text);
+	return fflush(stdout) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILED;
+}
+
 int cmd_mcp(int argc, char **argv)
 {
-	enum { OPT_POOL = CLI_OPT_FIRST_LOCAL, OPT_STATE_DIR, OPT_MAX_RUNS };
+	enum { OPT_POOL = CLI_OPT_FIRST_LOCAL, OPT_STATE_DIR, OPT_MAX_RUNS, OPT_PRINT_TOOLS };
 	static const struct option longopts[] = {
 		{ "pool", required_argument, NULL, OPT_POOL },
 		{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 		{ "max-runs", required_argument, NULL, OPT_MAX_RUNS },
+		{ "print-tools", required_argument, NULL, OPT_PRINT_TOOLS },
 		{ "help", no_argument, NULL, 'h' },
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -335,7 +373,7 @@ int cmd_mcp(int argc, char **argv)
 	struct cli_run_args args;
 	struct serve s;
 	struct sigaction sa;
-	const char *state_dir = NULL;
+	const char *state_dir = NULL, *print_tools = NULL;
 	sigset_t sigs, old;
 	bool temp = false;
 	int64_t n;
@@ -362,6 +400,15 @@ int cmd_mcp(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "f:e:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_STATE_DIR: state_dir = optarg; break;
+		case OPT_PRINT_TOOLS:
+			if (strcmp(optarg, "mcp") && strcmp(optarg, "openai") &&
+			    strcmp(optarg, "anthropic") && strcmp(optarg, "arguments")) {
+				cli_usage_error("mcp", "--print-tools: '%s' is not mcp, openai, anthropic or arguments",
+						optarg);
+				goto out;
+			}
+			print_tools = optarg;
+			break;
 		case OPT_POOL:
 			if (!strcmp(optarg, "0"))
 				n = 0;
@@ -403,7 +450,11 @@ int cmd_mcp(int argc, char **argv)
 	s.opts.files = NULL;
 	s.opts.file_count = 0;
 	ret = CLI_EXIT_FAILED;
-	if (mcp_open_state(&s, state_dir, &temp) < 0)
+	if (print_tools) {
+		ret = mcp_print_tools(&s, print_tools);
+		goto out;
+	}
+	if (mcp_open_state(&s, state_dir, &temp) < 0 || serve_languages_init(&s, "mcp") < 0)
 		goto out;
 
 	memset(&sa, 0, sizeof(sa));
@@ -426,8 +477,8 @@ int cmd_mcp(int argc, char **argv)
 		cli_error("out of memory");
 		goto out;
 	}
-	fprintf(stderr, "nbrun: mcp: serving on stdio; runs in %s; pool of %u warm sandboxes\n",
-		s.runs_dir, s.pool ? s.pool_size : 0);
+	fprintf(stderr, "nbrun: mcp: serving on stdio; runs in %s; pool of %u warm sandboxes; "
+		"languages: %s\n", s.runs_dir, s.pool ? s.pool_size : 0, s.languages);
 	mcp_stdio_loop(&io);
 	/* The client is gone or we were told to stop: running calls are cancelled. */
 	mcp_stopping = 1;
@@ -451,6 +502,7 @@ out:
 		mcp_remove_state(&s);
 	free(s.state_dir);
 	free(s.runs_dir);
+	free(s.languages);
 	cli_run_args_free(&args);
 	pthread_mutex_destroy(&s.lock);
 	pthread_cond_destroy(&s.idle);

@@ -144,6 +144,7 @@ static int run_remote(struct cli_run_args *args, const char *server, const char 
 	r.env = args->env;
 	r.env_count = args->nenv;
 	r.timeout_ms = timeout_set ? args->opts.timeout_ms : 0;
+	r.language = args->opts.language ? nbrun_language_name(args->opts.language) : NULL;
 	r.out_dir = args->opts.out_dir;
 	r.json = json;
 	r.cancel = &run_interrupted;
@@ -248,11 +249,6 @@ int cmd_run(int argc, char **argv)
 	args.opts.language = language;
 	if (server && !*server)
 		server = NULL;
-	if (server && language && strcmp(nbrun_language_name(language), "python")) {
-		ret = cli_usage_error("run", "a server runs Python only; run %s here, without --server",
-				      nbrun_language_name(language));
-		goto out;
-	}
 	if (server && local_only) {
 		ret = cli_usage_error("run", "%s is the server's to set; it cannot be used with --server",
 				      local_only);

@@ -745,6 +745,10 @@ int cmd_serve(int argc, char **argv)
 	if (serve_open_state(&s, state_dir) < 0 || (!token_file && serve_make_token(&s) < 0))
 		goto out;
 	serve_janitor(&s, true);
+	if (serve_languages_init(&s, "serve") < 0) {
+		cli_error("out of memory");
+		goto out;
+	}
 	if (s.pool_size && serve_start_pool(&s) < 0) {
 		ret = CLI_EXIT_ENGINE;
 		goto out;
@@ -768,8 +772,8 @@ int cmd_serve(int argc, char **argv)
 	fd = -1;
 	if (!http)
 		goto out;
-	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool of %u warm sandboxes\n",
-		s.state_dir, s.max_runs, s.pool_size);
+	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool of %u warm sandboxes; "
+		"languages: %s\n", s.state_dir, s.max_runs, s.pool_size, s.languages);
 	last_janitor = clock_mono_ms();
 	while (!serve_stopping) {
 		struct timespec ts = { 0, 200 * 1000000L };
@@ -820,6 +824,7 @@ out:
 	if (s.runs_fd >= 0)
 		close(s.runs_fd);
 	free(s.state_dir);
+	free(s.languages);
 	free(s.runs_dir);
 	free(state_dir);
 	cli_run_args_free(&args);

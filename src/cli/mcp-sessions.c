@@ -111,58 +111,6 @@ static json_t *mcp_text_result(const char *text, bool error)
 
 /* ---- the tools ---------------------------------------------------------------------- */
 
-static const char files_items[] =
-	"{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"path\", "
-	"\"content_base64\"], \"properties\": {\"path\": {\"type\": \"string\", \"description\": "
-	"\"Path below /mnt/data, e.g. data.csv or in/data.csv\"}, \"content_base64\": {\"type\": "
-	"\"string\"}}}";
-
-void mcp_session_tools_list(json_t *list, const struct serve *s)
-{
-	json_t *files = json_pack("{s:s, s:o, s:i}", "type", "array", "items",
-				  json_loads(files_items, 0, NULL), "maxItems", 1000);
-	json_t *sid = json_pack("{s:s, s:s}", "type", "string", "description",
-				"The id session_open returned");
-
-	json_array_append_new(list, json_pack(
-		"{s:s, s:s, s:{s:s, s:{s:O}, s:b}}", "name", "session_open", "description",
-		"Open a stateful Python session: one locked-down sandbox whose kernel keeps variables, "
-		"imports and the files in /mnt/data/ across session_execute calls (unlike run_python, "
-		"where every call starts clean). Returns its session_id. Close it with session_close "
-		"when done; an idle session is closed after 30 minutes.",
-		"inputSchema", "type", "object", "properties", "files", files,
-		"additionalProperties", 0));
-	json_array_append_new(list, json_pack(
-		"{s:s, s:s, s:{s:s, s:{s:O, s:{s:s}, s:{s:s, s:i}}, s:[s, s], s:b}}", "name",
-		"session_execute", "description",
-		"Run Python code in an open session's kernel: variables and files from earlier calls are "
-		"still there. Returns what run_python returns (text summary, images, files the code "
-		"created or changed under /mnt/data/, the structured result).",
-		"inputSchema", "type", "object", "properties", "session_id", sid, "code", "type",
-		"string", "timeout_s", "type", "number", "exclusiveMinimum", 0, "required", "session_id",
-		"code", "additionalProperties", 0));
-	json_array_append_new(list, json_pack(
-		"{s:s, s:s, s:{s:s, s:{s:O, s:O}, s:[s, s], s:b}}", "name", "session_upload",
-		"description", "Write files into an open session's /mnt/data/.", "inputSchema", "type",
-		"object", "properties", "session_id", sid, "files", files, "required", "session_id",
-		"files", "additionalProperties", 0));
-	json_array_append_new(list, json_pack(
-		"{s:s, s:s, s:{s:s, s:{s:O, s:{s:s}}, s:[s, s], s:b}}", "name", "session_download",
-		"description",
-		"Get a file from an open session's /mnt/data/ (embedded when small, else a resource "
-		"link to read with resources/read).",
-		"inputSchema", "type", "object", "properties", "session_id", sid, "path", "type",
-		"string", "required", "session_id", "path", "additionalProperties", 0));
-	json_array_append_new(list, json_pack(
-		"{s:s, s:s, s:{s:s, s:{s:O}, s:[s], s:b}}", "name", "session_close", "description",
-		"Close a session: its sandbox, kernel and files are destroyed.", "inputSchema", "type",
-		"object", "properties", "session_id", sid, "required", "session_id",
-		"additionalProperties", 0));
-	json_decref(files);
-	json_decref(sid);
-	(void)s;
-}
-
 /* A fresh directory name below runs/ for one call's outputs (16 hex digits, a valid run id). */
 static int mcp_dir_id(char out[17])
 {
@@ -186,12 +134,16 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 	struct mcp_box *slot = NULL;
 	json_t *body, *out = NULL;
 	char tmp_root[4096], why[600], *text;
+	const char *language;
 	int rc;
 
 	mcp_boxes_reap(cc->boxes, NULL);
 	body = json_pack("{s:s}", "code", "");
 	if (json_object_get(args, "files"))
 		json_object_set(body, "files", json_object_get(args, "files"));
+	/* Checked as a run's: one of the server's languages, else the list of them. */
+	if (json_object_get(args, "language"))
+		json_object_set(body, "language", json_object_get(args, "language"));
 	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
@@ -220,6 +172,8 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 	opts.file_count = req.file_count;
 	opts.pool = cc->s->pool;
 	opts.cancel = cc->cancel;
+	opts.language = req.language;
+	language = req.language ? req.language : "python";
 	rc = nbrun_ctx_new(&ctx) < 0 ? NBRUN_ENOMEM : nbrun_session_open(&ss, ctx, &opts);
 	serve_request_free(&req);
 	pthread_mutex_lock(&cc->boxes->lock);
@@ -234,11 +188,12 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 	if (*cc->cancel) {
 		*code = 0;
 	} else if (rc == 0) {
-		snprintf(why, sizeof(why), "session_id: %s\nA Python kernel is ready; run code in it "
-			 "with session_execute.", nbrun_session_id(ss));
+		snprintf(why, sizeof(why), "session_id: %s\nA %s kernel is ready; run code in it "
+			 "with session_execute.", nbrun_session_id(ss), language);
 		out = mcp_text_result(why, false);
 		json_object_set_new(out, "structuredContent",
-				    json_pack("{s:s}", "session_id", nbrun_session_id(ss)));
+				    json_pack("{s:s, s:s}", "session_id", nbrun_session_id(ss),
+					      "language", language));
 	} else {
 		snprintf(why, sizeof(why), "nbrun could not open a session: %s", nbrun_ctx_errmsg(ctx));
 		out = mcp_text_result(why, true);

@@ -98,8 +98,18 @@ struct mcp_call_ctx {
 };
 /* True when version v is at least the revision "YYYY-MM-DD" since. */
 bool mcp_version_since(const char *v, const char *since);
+/* The newest protocol revision this server speaks. */
+#define MCP_LATEST_VERSION "2025-11-25"
 /* {"tools": [...]} for a client of that version. NULL when out of memory. */
 json_t *mcp_tools_list(const struct serve *s, const char *version);
+/*
+ * The same tools for function calling, from the same table: format "mcp"
+ * ({"tools": [...]} of the newest revision), "openai" ([{"type": "function",
+ * "function": {name, description, parameters}}]), "anthropic" ([{name,
+ * description, input_schema}]) or "arguments" ({tool: the JSON Schema of
+ * its arguments}). NULL when out of memory.
+ */
+json_t *mcp_tools_export(const struct serve *s, const char *format);
 /*
  * tools/call. Returns the CallToolResult, or NULL with *code set (a
  * JSON-RPC error with message msg) or *code 0 (the call was cancelled: no
@@ -135,7 +145,6 @@ struct mcp_boxes *mcp_boxes_new(void);
 void mcp_boxes_free(struct mcp_boxes *b);
 /* Close the sessions an MCP session opened. */
 void mcp_boxes_close_owner(struct mcp_boxes *b, const char *owner);
-void mcp_session_tools_list(json_t *list, const struct serve *s);
 json_t *mcp_session_tool(struct mcp_call_ctx *cc, const char *name, json_t *args, int *code,
 			 char *msg, size_t msglen);
 /* mcp.c: what notifications/cancelled does besides raising the flag (NULL: nothing more). */

@@ -360,6 +360,9 @@ char *remote_body(const struct cli_remote *a, int *ret)
 		snprintf(timeout, sizeof(timeout), "%llums", (unsigned long long)a->timeout_ms);
 		json_object_set_new(doc, "timeout", json_string(timeout));
 	}
+	/* The server checks it against its image's languages (400 naming them). */
+	if (a->language)
+		json_object_set_new(doc, "language", json_string(a->language));
 	text = json_dumps(doc, JSON_COMPACT);
 	if (!text)
 		goto oom;

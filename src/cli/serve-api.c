@@ -122,6 +122,63 @@ static bool serve_base64_valid(const char *s, size_t len)
 	return pad <= 2;
 }
 
+/* ---- languages ------------------------------------------------------------------- */
+
+int serve_languages_init(struct serve *s, const char *prog)
+{
+	struct nbrun_ctx *ctx = NULL;
+
+	if (nbrun_ctx_new(&ctx) < 0)
+		return -1;
+	if (nbrun_image_languages(&s->languages, ctx, s->opts.image) < 0) {
+		fprintf(stderr, "nbrun: %s: cannot read the image's kernels (%s); only python is offered\n",
+			prog, nbrun_ctx_errmsg(ctx));
+		s->languages = strdup("python");
+	}
+	nbrun_ctx_free(ctx);
+	return s->languages ? 0 : -1;
+}
+
+static bool serve_has_language(const struct serve *s, const char *canon)
+{
+	const char *all = s->languages ? s->languages : "python";
+	size_t n = strlen(canon);
+
+	for (const char *p = all; (p = strstr(p, canon)); p += n)
+		if ((p == all || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+const char *serve_languages_list(const struct serve *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (const char *p = s->languages ? s->languages : "python"; *p && n + 3 < len; p++) {
+		if (*p == ' ') {
+			buf[n++] = ',';
+			buf[n++] = ' ';
+		} else {
+			buf[n++] = *p;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+const char *serve_language(const struct serve *s, const char *name, char *why, size_t len)
+{
+	const char *canon = nbrun_language_name(name);
+	char list[128];
+
+	if (canon && serve_has_language(s, canon))
+		return canon;
+	snprintf(why, len, "language '%.64s' is not one this server runs; languages: %s", name,
+		 serve_languages_list(s, list, sizeof(list)));
+	return NULL;
+}
+
 /* ---- requests -------------------------------------------------------------------- */
 
 void serve_request_free(struct serve_request *req)
@@ -325,7 +382,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 			const char *body, size_t len, const char *tmp_root)
 {
 	static const char *const keys[] = { "code", "notebook", "parameters", "files", "env",
-					    "timeout", NULL };
+					    "timeout", "language", NULL };
 	json_error_t jerr;
 	json_t *doc, *v, *empty = json_object();
 	const char *key;
@@ -348,7 +405,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 			;
 		if (!keys[i]) {
 			serve_reply_error(err, 400, "request",
-					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout)", key);
+					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout, language)", key);
 			goto out;
 		}
 	}
@@ -396,6 +453,19 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 		if (req->timeout_ms > s->opts.timeout_ms) {
 			serve_reply_error(err, 400, "request", "timeout: above this server's limit of %llu ms",
 					  (unsigned long long)s->opts.timeout_ms);
+			goto out;
+		}
+	}
+	v = json_object_get(doc, "language");
+	if (v) {
+		char why[300];
+		if (!json_is_string(v)) {
+			serve_reply_error(err, 400, "request", "language: want a string such as \"python\"");
+			goto out;
+		}
+		req->language = serve_language(s, json_string_value(v), why, sizeof(why));
+		if (!req->language) {
+			serve_reply_error(err, 400, "language", "%s", why);
 			goto out;
 		}
 	}
@@ -694,6 +764,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	opts.payload = req->payload;
 	opts.on_event = req->on_event;
 	opts.event_payload = req->event_payload;
+	opts.language = req->language;
 	if (req->timeout_ms) {
 		opts.timeout_ms = req->timeout_ms;
 		if (opts.cell_timeout_ms > opts.timeout_ms)

@@ -42,6 +42,7 @@ struct serve_session {
 	char *dir;
 	unsigned int execs;
 	uint64_t created_ms, last_ms, idle_ms;
+	const char *language;       /* canonical, static */
 	unsigned int refs;          /* requests holding it */
 	bool busy;                  /* an operation other than interrupt is under way */
 	bool closing;               /* out of the table: closed when the last ref goes */
@@ -525,7 +526,7 @@ struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
 
 /* ---- session endpoints ------------------------------------------------------------ */
 
-/* POST /v1/sessions {"timeout_idle", "env", "files"} */
+/* POST /v1/sessions {"timeout_idle", "env", "files", "language"} */
 static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *body, size_t len,
 				      unsigned int *status)
 {
@@ -549,9 +550,10 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		return sess_error(status, 400, "request", "the body must be a JSON object");
 	}
 	json_object_foreach(doc, key, v) {
-		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files")) {
+		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files") &&
+		    strcmp(key, "language")) {
 			r = sess_error(status, 400, "request",
-				       "unknown key '%.64s' (timeout_idle, env, files)", key);
+				       "unknown key '%.64s' (timeout_idle, env, files, language)", key);
 			goto out;
 		}
 	}
@@ -563,10 +565,12 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 			       (unsigned long long)(s->session_life_ms / 1000));
 		goto out;
 	}
-	/* env and files are checked as a run's are. */
+	/* env, files and language are checked as a run's are. */
 	fwd = json_pack("{s:s}", "code", "");
 	if (fwd && json_object_get(doc, "env"))
 		json_object_set(fwd, "env", json_object_get(doc, "env"));
+	if (fwd && json_object_get(doc, "language"))
+		json_object_set(fwd, "language", json_object_get(doc, "language"));
 	if (fwd && json_object_get(doc, "files"))
 		json_object_set(fwd, "files", json_object_get(doc, "files"));
 	text = fwd ? json_dumps(fwd, JSON_COMPACT) : NULL;
@@ -598,6 +602,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	opts.pool = s->pool;
 	opts.cancel = s->stopping;
 	opts.on_event = NULL;
+	opts.language = req.language;
 	if (nbrun_ctx_new(&ctx) < 0)
 		rc = NBRUN_ENOMEM;
 	else
@@ -610,6 +615,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		ns = NULL;
 		ss->tenant = tenant;
 		ss->idle_ms = idle;
+		ss->language = req.language ? req.language : "python";
 		ss->created_ms = ss->last_ms = clock_mono_ms();
 		ss->dir_fd = -1;
 		if (mkdirat(s->sessions->dir_fd, ss->id, 0700) < 0 ||
@@ -638,11 +644,11 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		}
 		goto out;
 	}
-	fprintf(stderr, "nbrun: serve: session %s opened (idle timeout %llu s)\n", ss->id,
-		(unsigned long long)(idle / 1000));
-	r = sess_json(status, 201, json_pack("{s:s, s:I, s:I}", "id", ss->id, "timeout_idle_s",
-					     (json_int_t)(idle / 1000), "lifetime_s",
-					     (json_int_t)(s->session_life_ms / 1000)));
+	fprintf(stderr, "nbrun: serve: session %s opened (%s, idle timeout %llu s)\n", ss->id,
+		ss->language, (unsigned long long)(idle / 1000));
+	r = sess_json(status, 201, json_pack("{s:s, s:s, s:I, s:I}", "id", ss->id, "language",
+					     ss->language, "timeout_idle_s", (json_int_t)(idle / 1000),
+					     "lifetime_s", (json_int_t)(s->session_life_ms / 1000)));
 out:
 	nbrun_session_close(ns);
 	nbrun_ctx_free(ctx);
@@ -658,7 +664,7 @@ static json_t *sess_info(struct serve *s, const struct serve_session *ss)
 	uint64_t now = clock_mono_ms();
 
 	(void)s;
-	return json_pack("{s:s, s:I, s:I, s:I, s:b, s:b}", "id", ss->id, "executions",
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b}", "id", ss->id, "language", ss->language, "executions",
 			 (json_int_t)ss->execs, "age_s", (json_int_t)((now - ss->created_ms) / 1000),
 			 "idle_s", (json_int_t)((now - ss->last_ms) / 1000), "busy", ss->busy,
 			 "kernel_dead", nbrun_session_kernel_dead(ss->ns) != 0);

@@ -71,6 +71,10 @@ struct serve {
 	unsigned int max_conns;
 	unsigned int max_conns_per_ip;
 	unsigned int auth_failures;    /* per client address and minute, then 429 */
+	/* The languages the image runs, space-separated in the library's order
+	 * ("python r javascript typescript bash"): what requests may ask for
+	 * and what the MCP tools advertise. */
+	char *languages;
 	/* The warm pool (NULL: every run is cold); serve_execute() leases from it. */
 	struct nbrun_pool *pool;
 	/* The MCP server answering at /mcp (mcp.h); NULL: none. */
@@ -106,6 +110,7 @@ struct serve_request {
 	size_t file_count;
 	char *tmp_dir;       /* private directory holding the uploaded files */
 	uint64_t timeout_ms; /* 0: the server's */
+	const char *language; /* canonical (static), one of the server's; NULL: Python, or the notebook's */
 	/* Set by the caller after parsing (NULL: the server's stop flag, no progress). */
 	const volatile sig_atomic_t *cancel;
 	nbrun_progress_cb progress;
@@ -147,6 +152,19 @@ char *serve_api_metrics(struct serve *s);
 void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 bool serve_run_id_valid(const char *id);
+/*
+ * Find the server's languages (s->languages) from its image; when the
+ * engine cannot say, Python only, with a warning naming who (prog) warns.
+ * -1 when out of memory.
+ */
+int serve_languages_init(struct serve *s, const char *prog);
+/*
+ * The canonical name of language name (any case or alias) when this
+ * server's image runs it; NULL with a one-line reason in why otherwise.
+ */
+const char *serve_language(const struct serve *s, const char *name, char *why, size_t len);
+/* The server's languages joined by ", " (for a message), into buf. */
+const char *serve_languages_list(const struct serve *s, char *buf, size_t len);
 /*
  * Add "url" (prefix/PATH) to each image and file entry of a result
  * document, and "content_base64" when inline_data and the bytes fit the

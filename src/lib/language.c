@@ -435,3 +435,32 @@ NBRUN_EXPORT const char *nbrun_language_names(void)
 {
 	return nbrun__language_names();
 }
+
+NBRUN_EXPORT int nbrun_image_languages(char **out, struct nbrun_ctx *ctx, const char *image)
+{
+	struct buf b = BUF_INIT(256);
+	char *kernels = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = nbrun__docker_image_kernels(&kernels, ctx, image);
+	if (rc < 0)
+		return rc;
+	/* In the table's order; Python always (an image without the label has it only). */
+	for (size_t i = 0; i < N_LANGUAGES && rc == 0; i++) {
+		const char *k = languages[i].kernel, *p;
+		size_t n = strlen(k);
+
+		for (p = kernels; (p = strstr(p, k)); p += n)
+			if ((p == kernels || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+				break;
+		if (p || i == 0)
+			rc = buf_printf(&b, "%s%s", b.len ? " " : "", languages[i].name);
+	}
+	free(kernels);
+	if (rc < 0 || !(*out = buf_steal(&b))) {
+		buf_free(&b);
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	}
+	return 0;
+}

@@ -416,6 +416,9 @@ struct nbrun__sandbox {
 };
 
 extern const struct nbrun__sandbox_ops nbrun__sandbox_docker;
+/* The kernels an image lists in its nbrun.kernels label ("python3" without
+ * it), space-separated; image NULL: the default. malloc'd. 0 or < 0. */
+int nbrun__docker_image_kernels(char **out, struct nbrun_ctx *ctx, const char *image);
 
 /* 12 random hex digits (and a NUL). */
 int nbrun__random_id(struct nbrun_ctx *ctx, char out[16]);

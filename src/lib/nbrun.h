@@ -346,6 +346,17 @@ NBRUN_EXPORT const char *nbrun_language_name(const char *name);
 NBRUN_EXPORT const char *nbrun_language_names(void);
 
 /**
+ * The languages an image runs: those of nbrun_language_names() whose kernel
+ * the image lists in its nbrun.kernels label (python always), for a server
+ * that advertises only what it can run.
+ * @param out    receives the names, space-separated in the order above
+ *               ("python r javascript typescript bash"); free()
+ * @param image  the image (NULL: the default, as a run resolves it)
+ * @return 0; NBRUN_EENGINE, NBRUN_ENOIMAGE, NBRUN_ENOMEM
+ */
+NBRUN_EXPORT int nbrun_image_languages(char **out, struct nbrun_ctx *ctx, const char *image);
+
+/**
  * Run Python code in a fresh container and collect its results.
  * "# %%" lines split the code into cells, so an error in one cell keeps the
  * outputs of the cells before it.
@@ -478,7 +489,10 @@ struct nbrun_session;
  * Open a session: a ready sandbox from opts->pool when its limits fit (it
  * leaves the pool at once), else a new one; opts->files are uploaded to
  * /mnt/data. Of the run options, the image, limits, network, env, files,
- * pool and cancel apply; timeout_ms bounds the opening.
+ * pool, cancel and language (version 4; NULL: Python) apply; timeout_ms
+ * bounds the opening. The pool runs Python: a session in another language
+ * starts its own sandbox with that language's kernel, which every
+ * execution of the session then uses.
  * @param out  receives the session; nbrun_session_close()
  * @param ctx  the context for this call's message; the session keeps its own
  * @param opts  the run options (above)

@@ -432,3 +432,33 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.destroy = dsb_destroy,
 	.free = dsb_free,
 };
+
+/* For a server that offers only the languages its image has (nbrun_image_languages()). */
+int nbrun__docker_image_kernels(char **out, struct nbrun_ctx *ctx, const char *image)
+{
+	struct nbrun__sandbox *sb = NULL;
+	json_t *reply = NULL;
+	const char *list;
+	char path[512];
+	int rc, status;
+
+	*out = NULL;
+	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
+	if (rc == 0)
+		rc = dsb_resolve_image(sb, image);
+	if (rc == 0) {
+		snprintf(path, sizeof(path), "/images/%s/json", sb->image);
+		status = nbrun__docker_json(dsb_of(sb)->docker, "GET", path, NULL, &reply, 0);
+		rc = status < 0 ? status : status != 200 ? dsb_status(sb, status, "cannot inspect the image") : 0;
+	}
+	if (rc == 0) {
+		list = json_string_value(json_object_get(
+			json_object_get(json_object_get(reply, "Config"), "Labels"), "nbrun.kernels"));
+		*out = strdup(list ? list : "python3");
+		if (!*out)
+			rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	}
+	json_decref(reply);
+	nbrun__sandbox_free(sb);
+	return rc;
+}

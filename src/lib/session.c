@@ -36,6 +36,7 @@ struct nbrun_session {
 	struct nbrun_run_options run; /* sandbox limits (strings not kept) */
 	struct nbrun__sandbox *sb;
 	struct nbrun_pool *pool;    /* the sandbox goes to its reaper at the end */
+	const struct nbrun__language *lang; /* its kernel's (static) */
 	char id[16];
 	unsigned int execs;         /* executions so far */
 	unsigned int count;         /* the kernel's execution count so far */
@@ -422,6 +423,7 @@ static void session_finish_result(struct nbrun_session *s, struct nbrun_result *
 
 	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(clock_mono_ms() - t0)));
 	json_object_set_new(doc, "out_dir", json_string(dir));
+	json_object_set_new(doc, "language", json_string(s->lang->name));
 	json_object_set_new(doc, "session", json_pack("{s:s, s:I}", "id", s->id, "execution",
 						      (json_int_t)s->execs));
 	if (fstatat(dfd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -466,7 +468,7 @@ NBRUN_EXPORT int nbrun_session_execute(struct nbrun_result **out, struct nbrun_s
 	rc = session_usable(s);
 	if (rc < 0)
 		return rc;
-	rc = nbrun__notebook_from_code(&nb, &s->ctx, code);
+	rc = nbrun__notebook_from_code_lang(&nb, &s->ctx, code, s->lang);
 	if (rc < 0)
 		return rc;
 	text = json_dumps(nb, JSON_COMPACT);
@@ -568,8 +570,8 @@ NBRUN_EXPORT int nbrun_session_notebook(char **out, struct nbrun_session *s)
 	if (!s)
 		return NBRUN_EINVAL;
 	nb = json_pack("{s:i, s:i, s:{s:{s:s, s:s, s:s}}, s:[]}", "nbformat", 4, "nbformat_minor", 5,
-		       "metadata", "kernelspec", "name", "python3", "display_name", "Python 3",
-		       "language", "python", "cells");
+		       "metadata", "kernelspec", "name", s->lang->kernel, "display_name",
+		       s->lang->display_name, "language", s->lang->kernel_language, "cells");
 	cells = json_object_get(nb, "cells");
 	if (!nb)
 		return nbrun__err(&s->ctx, NBRUN_ENOMEM, "out of memory");
@@ -629,7 +631,8 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 	uint64_t deadline = clock_mono_ms() + o->timeout_ms;
 	int rc;
 
-	if (pool) {
+	/* The pool's sandboxes run Python: another language starts its own. */
+	if (pool && s->lang == nbrun__language_default()) {
 		s->sb = nbrun__pool_lease(pool, ctx, o);
 		if (s->sb) {
 			/* It leaves the pool for good: its slot is free for a replacement. */
@@ -645,6 +648,7 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 	nbrun__sandbox_bind(s->sb, ctx, o->cancel);
 	snprintf(s->id, sizeof(s->id), "%s", s->sb->id);
 	nbrun__run_sandbox_spec(&spec, o);
+	spec.kernel = s->lang->kernel;
 	s->sb->ops->gc(s->sb);
 	rc = s->sb->ops->create(s->sb, &spec);
 	if (rc == 0)
@@ -685,6 +689,7 @@ static int session_put_inputs(struct nbrun_session *s, struct nbrun_ctx *ctx,
 NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx *ctx,
 				    const struct nbrun_run_options *opts)
 {
+	const struct nbrun__language *lang = nbrun__language_default();
 	struct nbrun_session *s;
 	int rc;
 
@@ -692,6 +697,9 @@ NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx
 	rc = nbrun__run_check_options(ctx, opts);
 	if (rc < 0)
 		return rc;
+	if (opts->version >= 4 && opts->language && !(lang = nbrun__language_find(opts->language)))
+		return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s'; languages: %s",
+				  opts->language, nbrun__language_names());
 	for (size_t i = 0; i < opts->file_count; i++)
 		if (access(opts->files[i], R_OK) < 0)
 			return nbrun__errno(ctx, errno == ENOENT ? NBRUN_ENOTFOUND : NBRUN_EIO, errno,
@@ -700,6 +708,7 @@ NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx
 	if (!s)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->mu, NULL);
+	s->lang = lang;
 	/* Only limits are kept: nothing the caller's pointers name outlives this call. */
 	s->run = *opts;
 	s->run.files = NULL;
@@ -713,6 +722,7 @@ NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx
 	s->run.env_count = 0;
 	s->run.out_dir = NULL;
 	s->run.pool = NULL;
+	s->run.language = NULL;
 	rc = session_start(s, ctx, opts, opts->version >= 2 ? opts->pool : NULL);
 	if (rc == 0) {
 		/* From now on the session's own context, in whichever thread calls. */
