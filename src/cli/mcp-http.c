@@ -235,7 +235,7 @@ static bool mcp_accepts_sse(struct MHD_Connection *c)
 	return accept && strstr(accept, "text/event-stream");
 }
 
-struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *c,
+struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *c, int tenant,
 				   const char *body, size_t len, bool too_large,
 				   unsigned int *status)
 {
@@ -265,7 +265,7 @@ struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *
 	}
 	init = mcp_is_initialize(msg);
 	if (init) {
-		sess = mcp_session_new(m);
+		sess = mcp_session_new_for(m, tenant);
 		if (!sess) {
 			r = mcp_http_error(503, MCP_INTERNAL_ERROR, "too many sessions in use", status);
 			goto out;
@@ -274,7 +274,7 @@ struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *
 		r = mcp_http_error(400, MCP_INVALID_REQUEST,
 				   "Mcp-Session-Id header required (initialize first)", status);
 		goto out;
-	} else if (!(sess = mcp_session_find(m, sid))) {
+	} else if (!(sess = mcp_session_find_for(m, sid, tenant))) {
 		r = mcp_http_error(404, MCP_INVALID_REQUEST,
 				   "session not found or ended: initialize a new one", status);
 		goto out;
@@ -312,7 +312,7 @@ out:
 	return r;
 }
 
-struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection *c,
+struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection *c, int tenant,
 				    const char *method, unsigned int *status)
 {
 	const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
@@ -329,7 +329,7 @@ struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection 
 	}
 	if (!sid)
 		return mcp_http_error(400, MCP_INVALID_REQUEST, "Mcp-Session-Id header required", status);
-	sess = mcp_session_find(m, sid);
+	sess = mcp_session_find_for(m, sid, tenant);
 	if (!sess)
 		return mcp_http_error(404, MCP_INVALID_REQUEST, "session not found or ended", status);
 	mcp_session_close(m, sess);

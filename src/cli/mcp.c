@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "mcp.h"
+#include "text.h"
 
 /* Newest first; the first is what a client asking for an unknown revision gets. */
 static const char *const mcp_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05",
@@ -20,6 +21,7 @@ struct mcp_session {
 	bool initialized;    /* notifications/initialized seen */
 	bool closed;
 	unsigned int refs;   /* the table holds one while the session is open */
+	int tenant;          /* the serve token that opened it over HTTP; 0 on stdio */
 	uint64_t used;
 	struct mcp_session *next;
 };
@@ -139,7 +141,7 @@ static void mcp_session_put(struct mcp_session *sess)
 		free(sess);
 }
 
-struct mcp_session *mcp_session_new(struct mcp_server *m)
+struct mcp_session *mcp_session_new_for(struct mcp_server *m, int tenant)
 {
 	struct mcp_session *sess = calloc(1, sizeof(*sess)), *old = NULL;
 	unsigned char raw[16];
@@ -151,12 +153,17 @@ struct mcp_session *mcp_session_new(struct mcp_server *m)
 	for (size_t i = 0; i < sizeof(raw); i++)
 		snprintf(sess->id + 2 * i, 3, "%02x", raw[i]);
 	sess->refs = 2; /* the table's and the caller's */
+	sess->tenant = tenant;
 	sess->used = clock_mono_ms();
 	pthread_mutex_lock(&m->lock);
 	if (m->nsessions >= MCP_SESSIONS_MAX) {
-		/* Full: the session idle the longest goes; one in use is never taken. */
+		/*
+		 * Full: the session of the same tenant idle the longest goes; one
+		 * in use is never taken, nor is another tenant's (a client that
+		 * initializes in a loop must not end everybody else's sessions).
+		 */
 		for (struct mcp_session *p = m->sessions; p; p = p->next)
-			if (p->refs == 1 && (!old || p->used < old->used))
+			if (p->refs == 1 && p->tenant == tenant && (!old || p->used < old->used))
 				old = p;
 		if (!old) {
 			pthread_mutex_unlock(&m->lock);
@@ -169,6 +176,26 @@ struct mcp_session *mcp_session_new(struct mcp_server *m)
 	sess->next = m->sessions;
 	m->sessions = sess;
 	m->nsessions++;
+	pthread_mutex_unlock(&m->lock);
+	return sess;
+}
+
+struct mcp_session *mcp_session_new(struct mcp_server *m)
+{
+	return mcp_session_new_for(m, 0);
+}
+
+struct mcp_session *mcp_session_find_for(struct mcp_server *m, const char *id, int tenant)
+{
+	struct mcp_session *sess;
+
+	pthread_mutex_lock(&m->lock);
+	for (sess = m->sessions; sess; sess = sess->next)
+		if (!strcmp(sess->id, id) && sess->tenant == tenant) {
+			sess->refs++;
+			sess->used = clock_mono_ms();
+			break;
+		}
 	pthread_mutex_unlock(&m->lock);
 	return sess;
 }
@@ -231,15 +258,22 @@ static json_t *mcp_error(json_t *id, int code, const char *fmt, ...)
 /* An error response; id is borrowed (NULL: null). */
 static json_t *mcp_error(json_t *id, int code, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], *clean;
+	json_t *e;
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	msg[strcspn(msg, "\r\n")] = '\0';
-	return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-			 "error", "code", code, "message", msg);
+	/* A method name cut at 128 bytes may end inside a character: jansson
+	 * would refuse the message and the client would wait for ever. */
+	clean = text_utf8_sanitize(msg, strlen(msg), NULL);
+	e = clean ? json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+			      id ? id : json_null(), "error", "code", code, "message", clean)
+		  : NULL;
+	free(clean);
+	return e;
 }
 
 static json_t *mcp_ok(json_t *id, json_t *result)
@@ -397,10 +431,16 @@ static json_t *mcp_one(struct mcp_server *m, struct mcp_session *sess, json_t *m
 	if (!strcmp(method, "initialize")) {
 		if (in_batch)
 			return mcp_error(id, MCP_INVALID_REQUEST, "initialize cannot be part of a batch");
+		/* The revision is fixed for the session: a second initialize would
+		 * change what batches and tool errors mean halfway. */
+		if (mcp_session_version(m, sess))
+			return mcp_error(id, MCP_INVALID_REQUEST, "the session is already initialized");
 		return mcp_initialize(m, sess, id, params);
 	}
 	if (!strcmp(method, "ping"))
 		return mcp_ok(id, json_object());
+	if (!mcp_session_version(m, sess))
+		return mcp_error(id, MCP_INVALID_REQUEST, "send initialize first");
 	if (!strcmp(method, "tools/list"))
 		return mcp_ok(id, mcp_tools_list(m->s, mcp_session_version(m, sess)));
 	if (!strcmp(method, "tools/call") || !strcmp(method, "resources/read"))

@@ -55,6 +55,13 @@ void mcp_server_cancel_all(struct mcp_server *m);
 struct mcp_session *mcp_session_new(struct mcp_server *m);
 /* The session of an Mcp-Session-Id, referenced; NULL when unknown or closed. */
 struct mcp_session *mcp_session_find(struct mcp_server *m, const char *id);
+/*
+ * The same for the tenant (index of the serve token) that sends the request:
+ * a session is made for its tenant, and another tenant finds it unknown.
+ * When the table is full, only a session of the same tenant is dropped.
+ */
+struct mcp_session *mcp_session_new_for(struct mcp_server *m, int tenant);
+struct mcp_session *mcp_session_find_for(struct mcp_server *m, const char *id, int tenant);
 void mcp_session_unref(struct mcp_server *m, struct mcp_session *sess);
 /* End a session: forgotten by mcp_session_find, its running calls cancelled. */
 void mcp_session_close(struct mcp_server *m, struct mcp_session *sess);
@@ -158,11 +165,11 @@ struct MHD_Response;
  * MCP_MESSAGE_MAX and was dropped). Returns the response to queue and its
  * status in *status; NULL when out of memory.
  */
-struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *c,
+struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *c, int tenant,
 				   const char *body, size_t len, bool too_large,
 				   unsigned int *status);
 /* GET (405: no server-initiated stream) and DELETE (ends the session) on /mcp. */
-struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection *c,
+struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection *c, int tenant,
 				    const char *method, unsigned int *status);
 
 #endif

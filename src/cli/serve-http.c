@@ -445,7 +445,8 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		}
 		if (sc->mcp) {
 			unsigned int status = 500;
-			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, sc->body.data ? sc->body.data : "",
+			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, sc->tenant,
+							       sc->body.data ? sc->body.data : "",
 							       sc->body.len, sc->too_large, &status);
 			serve_log(c, method, url, status, sc);
 			return serve_queue(c, status, r, NULL);
@@ -514,7 +515,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		return serve_send_error(c, 404, "not_found", "no such endpoint", method, url, NULL);
 	if (route == ROUTE_MCP && strcmp(method, "POST")) {
 		unsigned int status = 500;
-		struct MHD_Response *r = mcp_http_other(h->s->mcp, c, method, &status);
+		struct MHD_Response *r = mcp_http_other(h->s->mcp, c, tenant, method, &status);
 		serve_log(c, method, url, status, NULL);
 		return serve_queue(c, status, r, NULL);
 	}
@@ -524,7 +525,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (len && route == ROUTE_MCP && strtoull(len, NULL, 10) > MCP_MESSAGE_MAX) {
 			unsigned int status = 500;
-			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, "", 0, true, &status);
+			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, tenant, "", 0, true, &status);
 			serve_log(c, method, url, status, NULL);
 			return serve_queue(c, status, r, NULL);
 		}

@@ -136,8 +136,56 @@ def stdio_cases():
                 "params": {"name": "run_python", "arguments": {"code": 1, "timeout_s": "x"}}})
     check(err_code(r) == -32602, "stdio: a wrong argument type is -32602 under 2025-03-26")
     r = s.send(init_msg("1999-01-01", 5))
+    check(err_code(r) == -32600, "stdio: a second initialize is -32600 (the revision stays)")
+    r = s.send([{"jsonrpc": "2.0", "id": 6, "method": "ping"}])
+    check(isinstance(r, list), "stdio: ... and batches are still answered under 2025-03-26")
+    s.close()
+    s = Stdio()
+    r = s.send(init_msg("1999-01-01", 5))
     check(r["result"]["protocolVersion"] == "2025-11-25", "stdio: an unknown revision gets ours")
     s.close()
+
+    # Out of order: requests before initialize, a second initialize, responses and
+    # cancellations nobody asked for, ids of odd types and sizes.
+    s = Stdio()
+    r = s.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    check(r == {"jsonrpc": "2.0", "id": 1, "result": {}}, "stdio: ping before initialize is answered")
+    for i, method in enumerate(("tools/call", "tools/list", "resources/read", "resources/list")):
+        r = s.send({"jsonrpc": "2.0", "id": 10 + i, "method": method,
+                    "params": {"name": "run_python", "arguments": {"code": "1"}, "uri": "nbrun://x"}})
+        check(err_code(r) == -32600 and r["id"] == 10 + i and "initialize" in r["error"]["message"],
+              "stdio: %s before initialize is -32600, nothing runs" % method)
+    r = s.send([{"jsonrpc": "2.0", "id": 20, "method": "ping"}])
+    check(err_code(r) == -32600, "stdio: a batch before initialize is -32600")
+    s.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    s.notify({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 404}})
+    s.notify({"jsonrpc": "2.0", "id": 77, "result": {"unasked": True}})
+    s.notify({"jsonrpc": "2.0", "id": 78, "error": {"code": 1, "message": "unasked"}})
+    r = s.send(init_msg("2025-06-18", 2))
+    check(r.get("result", {}).get("protocolVersion") == "2025-06-18",
+          "stdio: initialize after stray notifications and responses (which get no answer)")
+    r = s.send(init_msg("2025-11-25", 3))
+    check(err_code(r) == -32600 and "already" in r["error"]["message"], "stdio: a second initialize is -32600")
+    r = s.send([{"jsonrpc": "2.0", "id": 4, "method": "ping"}])
+    check(err_code(r) == -32600, "stdio: ... the revision stays 2025-06-18 (no batches)")
+    r = s.send({"jsonrpc": "2.0", "id": 5, "method": "\u20ac" * 100})
+    check(err_code(r) == -32601 and r["id"] == 5,
+          "stdio: an unknown method cut inside a character is still answered -32601")
+    big_id = "i" * (1 << 20)
+    r = s.send({"jsonrpc": "2.0", "id": big_id, "method": "ping"})
+    check(r and r.get("id") == big_id, "stdio: a 1 MiB string id is echoed")
+    for bad in (1.5, True, [1], {"a": 1}):
+        r = s.send({"jsonrpc": "2.0", "id": bad, "method": "ping"})
+        check(err_code(r) == -32600 and r["id"] is None, "stdio: an id %r is -32600 with a null id" % (bad,))
+    r = s.send({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": "x" * (8 << 20), "timeout_s": -1}}})
+    check(r and (err_code(r) == -32602 or r.get("result", {}).get("isError") is True),
+          "stdio: a tools/call of 8 MiB with a negative timeout is refused")
+    r = s.send({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+    check(r == {"jsonrpc": "2.0", "id": 7, "result": {}}, "stdio: the server still answers")
+    rc, err = s.close()
+    check(rc == 0 and "AddressSanitizer" not in err and "runtime error" not in err,
+          "stdio: exits 0, no sanitizer report")
 
 
 # ---- http -------------------------------------------------------------------------
@@ -145,8 +193,11 @@ def stdio_cases():
 
 def http_cases():
     state = tempfile.mkdtemp(prefix="nbrun-mcp-hostile-")
+    with open(os.path.join(state, "tokens"), "w") as f:
+        f.write("t" * 40 + "\n" + "u" * 40 + "\n")  # two tenants
     p = subprocess.Popen([NBRUN, "serve", "--listen", "127.0.0.1:0", "--pool", "0",
-                          "--state-dir", state], stderr=subprocess.PIPE)
+                          "--state-dir", state, "--token-file", os.path.join(state, "tokens")],
+                         stderr=subprocess.PIPE)
     port = None
     for line in p.stderr:
         m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -154,7 +205,7 @@ def http_cases():
             port = int(m.group(1))
         if b"state in" in line:
             break
-    token = open(os.path.join(state, "token")).read().strip()
+    token = "t" * 40
 
     def post(body, headers=None, raw=False):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -194,6 +245,27 @@ def http_cases():
         check(st == 200 and r["result"]["isError"] is True, "http: a wrong argument type is a tool error")
         st, r, _ = post({"jsonrpc": "2.0", "method": "notifications/initialized"}, S)
         check(st == 202 and r is None, "http: a notification is 202 with no body")
+        # Another tenant's token with this Mcp-Session-Id: the 404 of an unknown session.
+        other = {"Authorization": "Bearer " + "u" * 40}
+        st1, r1, _ = post({"jsonrpc": "2.0", "id": 30, "method": "ping"}, {**S, **other})
+        st2, r2, _ = post({"jsonrpc": "2.0", "id": 30, "method": "ping"},
+                          {**S, **other, "Mcp-Session-Id": "f" * 32})
+        check(st1 == st2 == 404 and r1 == r2, "http: another tenant's Mcp-Session-Id is 404 as unknown")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("DELETE", "/mcp", headers={**S, **other})
+        rr = c.getresponse()
+        rr.read()
+        c.close()
+        check(rr.status == 404, "http: another tenant cannot DELETE the session (%d)" % rr.status)
+        st, r, _ = post({"jsonrpc": "2.0", "id": 31, "method": "ping"}, S)
+        check(st == 200 and r == {"jsonrpc": "2.0", "id": 31, "result": {}}, "http: the session still works")
+        # A client that initializes in a loop ends nobody else's session.
+        for i in range(300):
+            post(init_msg("2025-11-25", i), other)
+        st, r, _ = post({"jsonrpc": "2.0", "id": 32, "method": "ping"}, S)
+        check(st == 200, "http: 300 initializes of another tenant leave this session open (%d)" % st)
+        st, r, _ = post({"jsonrpc": "2.0", "id": 33, "method": "tools/list"}, S)
+        check(st == 200 and r.get("result", {}).get("tools"), "http: tools/list after all that")
         # Over the cap: answered from its Content-Length, before the body is read.
         import socket
         sk = socket.create_connection(("127.0.0.1", port), timeout=60)
