@@ -50,10 +50,14 @@ int fd_atomic_commit(struct fd_atomic *a)
 
 	if (a->fd < 0)
 		return -EBADF;
-	/* Delayed allocation reports a full disk only here, on some file systems at close. */
-	if (fsync(a->fd) < 0)
-		rc = -errno;
-	if (close(a->fd) < 0 && rc == 0 && errno != EINTR)
+	/*
+	 * No fsync: the rename is what makes the file whole or absent after a
+	 * crash of this process, and a result is made again by running again.
+	 * An fsync costs 10 ms and more per file here, more than a warm run.
+	 * A full disk shows at write() (ext4 reserves delayed blocks there,
+	 * tmpfs allocates), or at close on a network file system.
+	 */
+	if (close(a->fd) < 0 && errno != EINTR)
 		rc = -errno;
 	a->fd = -1;
 	if (rc == 0 && renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0)

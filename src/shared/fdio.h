@@ -11,8 +11,9 @@ int fd_write_all(int fd, const void *buf, size_t len);
 
 /*
  * A file replaced atomically: written to NAME.tmp in the same directory,
- * flushed to disk, then renamed over NAME, so that a crash or a full disk
- * leaves the old file or the new one, never part of one. name is relative
+ * closed, then renamed over NAME, so that a crash of the writer or a full
+ * disk leaves the old file or the new one, never part of one (not flushed
+ * to disk: a power cut may lose the newest). name is relative
  * to dirfd (AT_FDCWD for the working directory) and may hold slashes; the
  * temporary file is never a symlink followed, and NAME itself, when a
  * symlink, is replaced, not followed.
