@@ -8,12 +8,14 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attach-private.h"
 #include "nbrun-private.h"
 
 /* The API we are written against; older engines are refused below. */
@@ -464,13 +466,7 @@ int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, ui
 struct docker_conn {
 	struct nbrun__conn conn;
 	CURL *curl;
-	unsigned char raw[65536];
-	size_t raw_len, raw_off;   /* undelivered bytes read from the socket */
-	unsigned char hdr[8];
-	size_t hdr_len;            /* bytes of the current frame header seen */
-	size_t frame_left;         /* payload bytes of the current frame to come */
-	int frame_stream;
-	bool eof;
+	struct nbrun__demux dm;
 };
 
 static ssize_t docker_conn_send(struct nbrun__conn *c, const void *buf, size_t len)
@@ -486,27 +482,38 @@ static ssize_t docker_conn_send(struct nbrun__conn *c, const void *buf, size_t l
 	return (ssize_t)sent;
 }
 
-/* Fill raw from the socket: 1 got bytes, 0 end of stream, -EAGAIN, < 0 error. */
-static int docker_conn_fill(struct docker_conn *dc)
+/* The raw attach stream from the socket: the count, 0 at its end, -EAGAIN, -EIO. */
+static ssize_t docker_conn_fill(struct nbrun__demux *dm, void *buf, size_t len)
 {
+	struct docker_conn *dc = (struct docker_conn *)(void *)((char *)dm - offsetof(struct docker_conn, dm));
 	size_t n = 0;
-	CURLcode cc;
+	CURLcode cc = curl_easy_recv(dc->curl, buf, len, &n);
 
-	if (dc->raw_off < dc->raw_len)
-		return 1;
-	if (dc->eof)
-		return 0;
-	dc->raw_off = dc->raw_len = 0;
-	cc = curl_easy_recv(dc->curl, dc->raw, sizeof(dc->raw), &n);
 	if (cc == CURLE_AGAIN)
 		return -EAGAIN;
 	if (cc != CURLE_OK)
 		return -EIO;
+	return (ssize_t)n;
+}
+
+/* Raw bytes buffered: 1, 0 at the end of the stream, -EAGAIN, < 0. */
+static int demux_fill(struct nbrun__demux *dm)
+{
+	ssize_t n;
+
+	if (dm->raw_off < dm->raw_len)
+		return 1;
+	if (dm->eof)
+		return 0;
+	dm->raw_off = dm->raw_len = 0;
+	n = dm->fill(dm, dm->raw, sizeof(dm->raw));
+	if (n < 0)
+		return (int)n;
 	if (n == 0) {
-		dc->eof = true;
+		dm->eof = true;
 		return 0;
 	}
-	dc->raw_len = n;
+	dm->raw_len = (size_t)n > sizeof(dm->raw) ? sizeof(dm->raw) : (size_t)n;
 	return 1;
 }
 
@@ -530,13 +537,12 @@ static void docker_conn_tail(struct nbrun__conn *c, const unsigned char *p, size
 	c->err_tail[c->err_len] = '\0';
 }
 
-static ssize_t docker_conn_recv(struct nbrun__conn *c, void *buf, size_t len)
+ssize_t nbrun__demux_recv(struct nbrun__demux *dm, struct nbrun__conn *c, void *buf, size_t len)
 {
-	struct docker_conn *dc = (struct docker_conn *)c;
 	size_t out = 0;
 
 	while (out < len) {
-		int rc = docker_conn_fill(dc);
+		int rc = demux_fill(dm);
 		size_t avail, n;
 
 		if (rc <= 0) {
@@ -544,42 +550,47 @@ static ssize_t docker_conn_recv(struct nbrun__conn *c, void *buf, size_t len)
 				break;
 			return rc;
 		}
-		avail = dc->raw_len - dc->raw_off;
-		if (dc->frame_left == 0) {
-			n = 8 - dc->hdr_len < avail ? 8 - dc->hdr_len : avail;
-			memcpy(dc->hdr + dc->hdr_len, dc->raw + dc->raw_off, n);
-			dc->hdr_len += n;
-			dc->raw_off += n;
-			if (dc->hdr_len < 8)
+		avail = dm->raw_len - dm->raw_off;
+		if (dm->frame_left == 0) {
+			n = 8 - dm->hdr_len < avail ? 8 - dm->hdr_len : avail;
+			memcpy(dm->hdr + dm->hdr_len, dm->raw + dm->raw_off, n);
+			dm->hdr_len += n;
+			dm->raw_off += n;
+			if (dm->hdr_len < 8)
 				continue;
-			dc->hdr_len = 0;
-			if (dc->hdr[0] > 2 || dc->hdr[1] || dc->hdr[2] || dc->hdr[3])
+			dm->hdr_len = 0;
+			if (dm->hdr[0] > 2 || dm->hdr[1] || dm->hdr[2] || dm->hdr[3])
 				return -EPROTO;
-			dc->frame_stream = dc->hdr[0];
-			dc->frame_left = ((size_t)dc->hdr[4] << 24) | ((size_t)dc->hdr[5] << 16) |
-					 ((size_t)dc->hdr[6] << 8) | dc->hdr[7];
+			dm->frame_stream = dm->hdr[0];
+			dm->frame_left = ((size_t)dm->hdr[4] << 24) | ((size_t)dm->hdr[5] << 16) |
+					 ((size_t)dm->hdr[6] << 8) | dm->hdr[7];
 			continue;
 		}
-		n = dc->frame_left < avail ? dc->frame_left : avail;
-		if (dc->frame_stream == 1) {
+		n = dm->frame_left < avail ? dm->frame_left : avail;
+		if (dm->frame_stream == 1) {
 			if (n > len - out)
 				n = len - out;
-			memcpy((char *)buf + out, dc->raw + dc->raw_off, n);
+			memcpy((char *)buf + out, dm->raw + dm->raw_off, n);
 			out += n;
 		} else {
-			docker_conn_tail(c, dc->raw + dc->raw_off, n);
+			docker_conn_tail(c, dm->raw + dm->raw_off, n);
 		}
-		dc->raw_off += n;
-		dc->frame_left -= n;
+		dm->raw_off += n;
+		dm->frame_left -= n;
 	}
 	return out ? (ssize_t)out : -EAGAIN;
+}
+
+static ssize_t docker_conn_recv(struct nbrun__conn *c, void *buf, size_t len)
+{
+	return nbrun__demux_recv(&((struct docker_conn *)c)->dm, c, buf, len);
 }
 
 static bool docker_conn_pending(struct nbrun__conn *c)
 {
 	struct docker_conn *dc = (struct docker_conn *)c;
 
-	return dc->raw_off < dc->raw_len;
+	return dc->dm.raw_off < dc->dm.raw_len;
 }
 
 static void docker_conn_close(struct nbrun__conn *c)
@@ -630,6 +641,7 @@ int nbrun__docker_attach(struct nbrun__docker *d, const char *container, struct 
 	dc->conn.pending = docker_conn_pending;
 	dc->conn.close = docker_conn_close;
 	dc->conn.fd = -1;
+	dc->dm.fill = docker_conn_fill;
 	dc->curl = curl_easy_duphandle(d->curl);
 	if (!dc->curl) {
 		rc = nbrun__err(d->ctx, NBRUN_ENOMEM, "out of memory");
@@ -663,7 +675,7 @@ int nbrun__docker_attach(struct nbrun__docker *d, const char *container, struct 
 		size_t n = 0;
 		struct pollfd p = { dc->conn.fd, POLLIN, 0 };
 
-		cc = curl_easy_recv(dc->curl, dc->raw + dc->raw_len, sizeof(dc->raw) - 1 - dc->raw_len, &n);
+		cc = curl_easy_recv(dc->curl, dc->dm.raw + dc->dm.raw_len, sizeof(dc->dm.raw) - 1 - dc->dm.raw_len, &n);
 		if (cc == CURLE_AGAIN) {
 			if (poll(&p, 1, 10000) <= 0) {
 				rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine did not answer the attach in time");
@@ -675,25 +687,25 @@ int nbrun__docker_attach(struct nbrun__docker *d, const char *container, struct 
 			rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine closed the attach connection");
 			goto fail;
 		}
-		dc->raw_len += n;
-		dc->raw[dc->raw_len] = '\0';
-		end = strstr((char *)dc->raw, "\r\n\r\n");
+		dc->dm.raw_len += n;
+		dc->dm.raw[dc->dm.raw_len] = '\0';
+		end = strstr((char *)dc->dm.raw, "\r\n\r\n");
 		if (end)
 			break;
-		if (dc->raw_len >= sizeof(dc->raw) - 1) {
+		if (dc->dm.raw_len >= sizeof(dc->dm.raw) - 1) {
 			rc = nbrun__err(d->ctx, NBRUN_EENGINE, "the engine's attach reply is malformed");
 			goto fail;
 		}
 	}
-	if (sscanf((char *)dc->raw, "HTTP/1.%*d %d", &status) != 1 || (status != 101 && status != 200)) {
-		char *eol = strstr((char *)dc->raw, "\r\n");
+	if (sscanf((char *)dc->dm.raw, "HTTP/1.%*d %d", &status) != 1 || (status != 101 && status != 200)) {
+		char *eol = strstr((char *)dc->dm.raw, "\r\n");
 		rc = nbrun__err(d->ctx, status == 404 ? NBRUN_ENOTFOUND : NBRUN_EENGINE,
 				"cannot attach to the container: %.*s",
-				(int)(eol ? eol - (char *)dc->raw : 0) > 120 ? 120 : (int)(eol ? eol - (char *)dc->raw : 0),
-				(char *)dc->raw);
+				(int)(eol ? eol - (char *)dc->dm.raw : 0) > 120 ? 120 : (int)(eol ? eol - (char *)dc->dm.raw : 0),
+				(char *)dc->dm.raw);
 		goto fail;
 	}
-	dc->raw_off = (size_t)(end + 4 - (char *)dc->raw);
+	dc->dm.raw_off = (size_t)(end + 4 - (char *)dc->dm.raw);
 	*out = &dc->conn;
 	return 0;
 fail:
