@@ -21,6 +21,11 @@
 #define SUMMARY_TRACEBACK 6000
 #define SUMMARY_LISTED 50
 #define SUMMARY_MAX (64u << 10)
+/* Chart and table descriptions: lines, text of a label, axes or series named, columns named. */
+#define SUMMARY_DESCS 10
+#define SUMMARY_DESC_TEXT 80
+#define SUMMARY_DESC_ITEMS 4
+#define SUMMARY_DESC_COLUMNS 20
 
 #define RUN_PYTHON_DESC                                                                         \
 	"Run Python 3 code in a fresh, locked-down Jupyter sandbox and get back everything it "  \
@@ -628,6 +633,155 @@ static void summary_add(struct buf *b, const char *label, const char *s, size_t 
 	free(t);
 }
 
+/*
+ * Text from a chart or table description (made in the sandbox): at most max
+ * bytes, on one line (controls become spaces), cut on a UTF-8 boundary.
+ */
+static void summary_text(struct buf *b, const json_t *v, size_t max)
+{
+	const char *s = json_string_value(v);
+	size_t n;
+
+	if (!s)
+		return;
+	n = strnlen(s, max + 1);
+	if (n > max) {
+		n = max;
+		while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
+			n--;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		buf_append(b, (unsigned char)c < 0x20 || c == 0x7f ? " " : &c, 1);
+	}
+	if (n < strlen(s))
+		buf_puts(b, "...");
+}
+
+/* "line 'Title' x='t', y='v', 2 series (a, b)" for one axes of a chart description. */
+static void summary_axes(struct buf *b, const json_t *ax)
+{
+	const json_t *series = json_object_get(ax, "series"), *s;
+	json_int_t n = json_integer_value(json_object_get(ax, "n_series"));
+	size_t i, named = 0;
+
+	summary_text(b, json_object_get(ax, "kind"), 16);
+	if (json_string_length(json_object_get(ax, "title"))) {
+		buf_puts(b, " '");
+		summary_text(b, json_object_get(ax, "title"), SUMMARY_DESC_TEXT);
+		buf_puts(b, "'");
+	}
+	if (json_is_string(json_object_get(ax, "x_label"))) {
+		buf_puts(b, " x='");
+		summary_text(b, json_object_get(ax, "x_label"), SUMMARY_DESC_TEXT);
+		buf_puts(b, "',");
+	}
+	if (json_is_string(json_object_get(ax, "y_label"))) {
+		buf_puts(b, " y='");
+		summary_text(b, json_object_get(ax, "y_label"), SUMMARY_DESC_TEXT);
+		buf_puts(b, "',");
+	}
+	if (n < (json_int_t)json_array_size(series))
+		n = (json_int_t)json_array_size(series);
+	buf_printf(b, " %lld series", (long long)n);
+	json_array_foreach(series, i, s) {
+		if (!json_is_string(json_object_get(s, "label")) || named == SUMMARY_DESC_ITEMS)
+			continue;
+		buf_puts(b, named++ ? ", " : " (");
+		summary_text(b, json_object_get(s, "label"), SUMMARY_DESC_TEXT);
+	}
+	if (named)
+		buf_puts(b, ")");
+}
+
+static void summary_chart(struct buf *b, const json_t *c, json_int_t cell)
+{
+	const json_t *axes = json_object_get(c, "axes"), *ax;
+	size_t i;
+
+	buf_printf(b, "chart (cell %lld): ", (long long)cell);
+	if (json_array_size(axes) == 1) {
+		summary_axes(b, json_array_get(axes, 0));
+	} else {
+		summary_text(b, json_object_get(c, "kind"), 16);
+		if (json_is_string(json_object_get(c, "title"))) {
+			buf_puts(b, " '");
+			summary_text(b, json_object_get(c, "title"), SUMMARY_DESC_TEXT);
+			buf_puts(b, "'");
+		}
+		buf_printf(b, ", %zu axes", json_array_size(axes));
+		json_array_foreach(axes, i, ax) {
+			if (i == SUMMARY_DESC_ITEMS) {
+				buf_puts(b, "; ...");
+				break;
+			}
+			buf_puts(b, i ? "; " : ": ");
+			summary_axes(b, ax);
+		}
+	}
+	buf_puts(b, json_is_true(json_object_get(c, "truncated")) ? ", points sampled\n" : "\n");
+}
+
+/* "table (cell 2): 100×3, columns a, b, c" */
+static void summary_table(struct buf *b, const json_t *t, json_int_t cell)
+{
+	const json_t *shape = json_object_get(t, "shape"), *col;
+	size_t i;
+
+	buf_printf(b, "table (cell %lld): %lld×%lld, columns ", (long long)cell,
+		   (long long)json_integer_value(json_array_get(shape, 0)),
+		   (long long)json_integer_value(json_array_get(shape, 1)));
+	json_array_foreach(json_object_get(t, "columns"), i, col) {
+		if (i == SUMMARY_DESC_COLUMNS) {
+			buf_puts(b, ", ...");
+			break;
+		}
+		if (i)
+			buf_puts(b, ", ");
+		summary_text(b, col, SUMMARY_DESC_TEXT);
+	}
+	buf_puts(b, "\n");
+}
+
+/*
+ * One line per chart and table description among the outputs (the runtime's
+ * application/vnd.nbrun.chart+json and table+json), so that a model without
+ * eyes knows what a figure shows; a description kept only as text (larger
+ * than --max-output) is not read. A figure shown twice in a cell (as the
+ * value and by the inline backend) is listed once.
+ */
+static void summary_descriptions(struct buf *b, const json_t *doc)
+{
+	const json_t *o, *prev = NULL;
+	size_t i, listed = 0, more = 0;
+	json_int_t prev_cell = -1;
+
+	json_array_foreach(json_object_get(doc, "outputs"), i, o) {
+		const json_t *data = json_object_get(o, "data");
+		const json_t *chart = json_object_get(data, "application/vnd.nbrun.chart+json");
+		const json_t *table = json_object_get(data, "application/vnd.nbrun.table+json");
+		const json_t *d = json_is_object(chart) ? chart : json_is_object(table) ? table : NULL;
+		json_int_t cell = json_integer_value(json_object_get(o, "cell"));
+
+		if (!d || (prev && cell == prev_cell && json_equal(d, prev)))
+			continue;
+		prev = d;
+		prev_cell = cell;
+		if (listed == SUMMARY_DESCS) {
+			more++;
+			continue;
+		}
+		if (!listed++ && b->len)
+			buf_puts(b, "\n");
+		if (d == chart)
+			summary_chart(b, chart, cell);
+		else
+			summary_table(b, table, cell);
+	}
+	if (more)
+		buf_printf(b, "... and %zu more charts and tables\n", more);
+}
+
 /* The concise text a model reads first: stdout, values, the error, what came back. */
 static char *summary_of(const json_t *doc)
 {
@@ -643,6 +797,7 @@ static char *summary_of(const json_t *doc)
 		if (i + SUMMARY_VALUES >= n)
 			summary_add(&b, "result:\n", json_string_value(json_object_get(e, "text")),
 				    SUMMARY_VALUE);
+	summary_descriptions(&b, doc);
 	if (json_is_object(err)) {
 		buf_printf(&b, "%serror: %s: %s\n", b.len ? "\n" : "",
 			   json_string_value(json_object_get(err, "name")) ?: "",
