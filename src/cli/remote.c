@@ -489,6 +489,9 @@ int remote_write_result(int out_fd, const json_t *doc)
 		errno = ENOMEM;
 		return -1;
 	}
+	len = strlen(text);
+	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
+	rc = fd_write_file_atomic(out_fd, "result.json", text, len + 1, 0644);
 	free(text);
 	if (rc < 0) {
 		errno = -rc;
@@ -496,9 +499,6 @@ int remote_write_result(int out_fd, const json_t *doc)
 	}
 	return 0;
 }
-	len = strlen(text);
-	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
-	rc = fd_write_file_atomic(out_fd, "result.json", text, len + 1, 0644);
 
 int remote_open_out(char **abs, const char *dir, const char *run_id)
 {
