@@ -96,7 +96,7 @@ class Server:
         s.connect(("127.0.0.1", self.port))
         return s
 
-    def raw(self, data, src=None, timeout=60):
+    def raw(self, data, src=None, timeout=240):
         """Send bytes, read until the server closes; (status, headers text, body bytes)."""
         s = self.sock(src, timeout)
         try:
@@ -364,7 +364,7 @@ def case_tokens():
 
 def case_tenants():
     """Another token's run and session ids: the same 404 as ids that do not exist."""
-    s = Server("--timeout", "60s")
+    s = Server("--timeout", "240s")
     try:
         st, _, run = s.jreq("POST", "/v1/runs", body={
             "code": "open('/mnt/data/out.txt', 'w').write('secret of A')\nprint('A ran')"})
@@ -406,7 +406,7 @@ def case_tenants():
 
 def case_files_escape():
     """Path traversal and symlinks made by the code in the files endpoints."""
-    s = Server("--timeout", "60s")
+    s = Server("--timeout", "240s")
     try:
         st, _, sess = s.jreq("POST", "/v1/sessions", body={})
         check(st == 201, "a session opens (%s)" % st)
