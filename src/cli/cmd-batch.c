@@ -21,6 +21,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "fdio.h"
 #include "jsonx.h"
 #include "path.h"
 #include "cli.h"
@@ -331,6 +332,22 @@ static int batch_exit_code(const struct batch *b)
 	if (b->counts[NBRUN_STATUS_ERROR])
 		return CLI_EXIT_RAISED;
 	return CLI_EXIT_OK;
+}
+
+/* report.json whole or not at all (the one of an earlier batch stays until then): 0 or -1, errno. */
+static int batch_write_report(const json_t *report, const char *path)
+{
+	char *text = json_dumps(report, JSON_INDENT(2));
+	int rc;
+
+	if (!text) {
+		errno = ENOMEM;
+		return -1;
+	}
+	rc = fd_write_file_atomic(AT_FDCWD, path, text, strlen(text), 0644);
+	free(text);
+	errno = -rc;
+	return rc < 0 ? -1 : 0;
 }
 
 static json_t *batch_report(const struct batch *b, unsigned int jobs)
@@ -699,8 +716,8 @@ int cmd_batch(int argc, char **argv)
 
 	report = batch_report(&b, (unsigned int)jobs);
 	snprintf(path, sizeof(path), "%s/report.json", b.out_dir);
-	if (!report || json_dump_file(report, path, JSON_INDENT(2)) < 0) {
-		cli_error("cannot write %s", path);
+	if (!report || batch_write_report(report, path) < 0) {
+		cli_error("cannot write %s: %s", path, report ? strerror(errno) : "out of memory");
 		goto out;
 	}
 	if (json) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fdio.h"
 #include "path.h"
 #include "cli.h"
 #include "mcp.h"
@@ -352,9 +353,8 @@ static int serve_read_token(struct serve *s, const char *path)
 static int serve_make_token(struct serve *s)
 {
 	unsigned char raw[32];
-	char *path = NULL, *tmp = NULL;
-	int fd = -1, rc = -1;
-	size_t len;
+	char *path = NULL, line[sizeof(s->token) + 1];
+	int rc;
 
 	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
 		cli_error("cannot get random bytes for the token: %s", strerror(errno));
@@ -362,32 +362,19 @@ static int serve_make_token(struct serve *s)
 	}
 	for (size_t i = 0; i < sizeof(raw); i++)
 		snprintf(s->token + 2 * i, 3, "%02x", raw[i]);
-	if (asprintf(&path, "%s/token", s->state_dir) < 0 ||
-	    asprintf(&tmp, "%s/token.tmp", s->state_dir) < 0) {
-		path = tmp = NULL;
+	if (asprintf(&path, "%s/token", s->state_dir) < 0) {
 		cli_error("out of memory");
-		goto out;
+		return -1;
 	}
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	len = strlen(s->token);
-	if (fd < 0 || write(fd, s->token, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
-	    fsync(fd) < 0 || close(fd) < 0 || (fd = -1, rename(tmp, path) < 0)) {
-		cli_error("cannot write the token to %s: %s", path, strerror(errno));
-		goto out;
-	}
-	fd = -1;
-	fprintf(stderr, "nbrun: serve: token written to %s (send 'Authorization: Bearer TOKEN')\n",
-		path);
-	rc = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	if (rc < 0 && tmp)
-		unlink(tmp);
+	snprintf(line, sizeof(line), "%s\n", s->token);
+	rc = fd_write_file_atomic(AT_FDCWD, path, line, strlen(line), 0600);
+	if (rc < 0)
+		cli_error("cannot write the token to %s: %s", path, strerror(-rc));
+	else
+		fprintf(stderr, "nbrun: serve: token written to %s (send 'Authorization: Bearer TOKEN')\n",
+			path);
 	free(path);
-	free(tmp);
-	return rc;
+	return rc < 0 ? -1 : 0;
 }
 
 /* ---- listening ------------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "fdio.h"
 #include "serve.h"
 #include "text.h"
 
@@ -599,38 +600,35 @@ static void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool
 	serve_add_refs(doc, prefix, run_fd, inline_data);
 }
 
-/* result.json, atomically, in the run's directory. */
+/* result.json, atomically, in the run's directory: 0, or -1 with errno. */
 static int serve_write_result(int run_fd, const json_t *doc)
 {
 	char *text = json_dumps(doc, JSON_INDENT(2));
-	size_t len, off = 0;
-	int fd = -1, rc = -1;
+	size_t len;
+	int rc;
 
-	if (!text)
+	if (!text) {
+		errno = ENOMEM;
 		return -1;
-	len = strlen(text);
-	unlinkat(run_fd, "result.json.tmp", 0);
-	fd = openat(run_fd, "result.json.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		goto out;
-	while (off < len) {
-		ssize_t w = write(fd, text + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			goto out;
-		off += (size_t)w;
 	}
-	if (write(fd, "\n", 1) != 1)
-		goto out;
-	close(fd);
-	fd = -1;
-	rc = renameat(run_fd, "result.json.tmp", run_fd, "result.json");
-out:
-	if (fd >= 0)
-		close(fd);
+	len = strlen(text);
+	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
+	rc = fd_write_file_atomic(run_fd, "result.json", text, len + 1, 0644);
 	free(text);
-	return rc;
+	if (rc < 0) {
+		errno = -rc;
+		return -1;
+	}
+	return 0;
+}
+
+/* Writing into the state directory failed with err: 507 when its disk is full, else 500. */
+static void serve_reply_write_error(struct serve_reply *reply, int err, const char *what)
+{
+	if (err == ENOSPC || err == EDQUOT)
+		serve_reply_error(reply, 507, "storage", "the state directory is full: cannot %s", what);
+	else
+		serve_reply_error(reply, 500, "internal", "cannot %s: %s", what, strerror(err));
 }
 
 /*
@@ -728,6 +726,9 @@ static void serve_reply_lib_error(struct serve_reply *reply, int rc, const struc
 	case NBRUN_ECANCELLED:
 		serve_reply_error(reply, 503, "stopping", "the run was cancelled: the server is shutting down");
 		break;
+	case NBRUN_ENOSPC:
+		serve_reply_error(reply, 507, "storage", "the state directory is full: %s", msg);
+		break;
 	default:
 		serve_reply_error(reply, 500, "internal", "%s", *msg ? msg : "the run failed");
 	}
@@ -750,8 +751,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	if (asprintf(&out_dir, "%s/.run-XXXXXX", s->runs_dir) < 0)
 		out_dir = NULL;
 	if (!out_dir || !mkdtemp(out_dir)) {
-		serve_reply_error(reply, 500, "internal", "cannot make the run's directory: %s",
-				  strerror(errno));
+		serve_reply_write_error(reply, out_dir ? errno : ENOMEM, "make the run's directory");
 		goto out;
 	}
 	opts.out_dir = out_dir;
@@ -812,7 +812,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	    asprintf(&nb, "%s/notebook.ipynb", out_dir) >= 0)
 		json_object_set_new(doc, "notebook", json_string(nb));
 	if (serve_write_result(run_fd, doc) < 0) {
-		serve_reply_error(reply, 500, "internal", "cannot write the run's result.json");
+		serve_reply_write_error(reply, errno, "write the run's result.json");
 		goto out;
 	}
 	serve_add_run_refs(doc, run_id, run_fd, true);

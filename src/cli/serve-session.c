@@ -111,6 +111,8 @@ static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const c
 	case NBRUN_EENGINE:
 	case NBRUN_ENOIMAGE:
 		return sess_error(status, 502, "engine", "%s", msg);
+	case NBRUN_ENOSPC:
+		return sess_error(status, 507, "storage", "the state directory is full: %s", msg);
 	default:
 		return sess_error(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
 	}

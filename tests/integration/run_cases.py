@@ -242,6 +242,49 @@ def case_host_disk_full():
             os.rmdir(mnt)
 
 
+def case_results_disk_full():
+    # The output directory's disk is full when the run writes its results:
+    # nbrun run fails with a one-line message and exit 5, and leaves no
+    # half-written notebook.ipynb or result.json and no temporary file; once
+    # there is room again the next run in the same place writes both whole.
+    mnt = tempfile.mkdtemp(prefix="nbrun-small-")
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], capture_output=True, text=True)
+    check(p.returncode == 0, "cannot mount a small tmpfs (the suite runs as root): %s" % p.stderr)
+    try:
+        out = os.path.join(mnt, "o")
+        os.mkdir(out)
+        fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        p = subprocess.run([NBRUN, "run", "--timeout", "5m", "-o", out, "-c", "print('x' * 1000)"],
+                           capture_output=True, text=True, timeout=400)
+        err = p.stderr.strip()
+        check(p.returncode == 5, "exit %d: %r" % (p.returncode, err))
+        check(err.startswith("nbrun: error: ") and "\n" not in err and "No space left on device" in err,
+              "message: %r" % err)
+        left = [os.path.relpath(os.path.join(d, n), out) for d, _, names in os.walk(out) for n in names]
+        check(not [n for n in left if n.endswith(".tmp") or n in ("notebook.ipynb", "result.json")],
+              "a partial result was left: %r" % left)
+        os.unlink(os.path.join(mnt, "filler"))
+        out2 = os.path.join(mnt, "o2")
+        p = subprocess.run([NBRUN, "run", "--timeout", "5m", "--json", "-o", out2, "-c", "print('x' * 1000)"],
+                           capture_output=True, text=True, timeout=400)
+        check(p.returncode == 0, "with room again: exit %d %r" % (p.returncode, p.stderr[-300:]))
+        with open(os.path.join(out2, "result.json")) as f:
+            check(json.load(f)["stdout"] == "x" * 1000 + "\n", "result.json on disk")
+        with open(os.path.join(out2, "notebook.ipynb")) as f:
+            check(json.load(f)["cells"], "notebook.ipynb on disk")
+        check(sorted(os.listdir(out2)) == ["notebook.ipynb", "result.json"], os.listdir(out2))
+    finally:
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
+
+
 def case_stop_at_first_error():
     # As papermill and Jupyter's Run All: execution stops at the first cell
     # that raises; the later cells stay unexecuted (old outputs cleared) and
