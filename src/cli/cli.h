@@ -171,7 +171,6 @@ struct cli_remote {
 };
 int cli_remote_run(const struct cli_remote *r);
 
-#endif
 /*
  * What nbrun session does to its session: a local one (cmd-session.c) or
  * one kept by an nbrun serve (remote-session.c). Each returns -1 or NULL on
@@ -197,3 +196,4 @@ extern const struct cli_session_ops cli_remote_session_ops;
 /* A session on a->server opened with a's files and env: 0 or an exit code (message printed). */
 int cli_remote_session_open(void **s, const struct cli_remote *a);
 
+#endif

@@ -52,7 +52,7 @@ def run(code, *args):
     doc = json.loads(p.stdout)
     validate(doc, "result.schema.json")
     check(p.returncode == 0 and doc["status"] == "ok",
-          "exit %d, status %r, error %r, stderr %r" % (p.returncode, doc["status"], doc.get("error"),
+          "exit %d, status %r (%s), error %r, stderr %r" % (p.returncode, doc["status"], doc["message"], doc.get("error"),
                                                        p.stderr[-800:]))
     return doc
 
