@@ -6,11 +6,13 @@
  * (papermill's translators are the reference: same literals, same lines).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "jsonx.h"
 #include "nbrun-private.h"
 
 /* ---- names ------------------------------------------------------------------ */
@@ -96,6 +98,56 @@ static int lang_real(struct buf *b, double d)
 	return buf_puts(b, tmp);
 }
 
+/*
+ * Integers in R and JavaScript are doubles (R's literals beyond 2^31 are
+ * numeric): an integer is written as its digits when a double holds it
+ * exactly (every integer up to 2^53, 2^64, 10^22 ...); any other is refused
+ * (-ERANGE) rather than rounded in the kernel, where papermill's R
+ * translator writes the digits and R reads a different number.
+ */
+static int lang_exact_int(struct buf *b, const char *text)
+{
+	char back[400];
+	double d;
+
+	d = strtod(text, NULL);
+	if (!isfinite(d))
+		return -ERANGE;
+	snprintf(back, sizeof(back), "%.0f", d);
+	return strcmp(back, text) ? -ERANGE : buf_puts(b, text);
+}
+
+/*
+ * A number JSON cannot hold (an integer beyond 64 bits, or inf, -inf, nan:
+ * jsonx markers) as the language writes it: R's Inf, -Inf and NaN,
+ * JavaScript's Infinity, -Infinity and NaN; an integer as lang_exact_int.
+ * 1: v is no such number.
+ */
+static int lang_marker(struct buf *b, const json_t *v, const char *inf, const char *nan)
+{
+	const char *text;
+
+	switch (jsonx_kind_of(v, &text)) {
+	case JSONX_BIGINT:
+		return lang_exact_int(b, text);
+	case JSONX_NONFINITE:
+		if (!strcmp(text, "nan"))
+			return buf_puts(b, nan);
+		return buf_printf(b, "%s%s", text[0] == '-' ? "-" : "", inf);
+	case JSONX_PLAIN:
+		break;
+	}
+	return 1;
+}
+
+static int lang_integer(struct buf *b, json_int_t i)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, i);
+	return lang_exact_int(b, text);
+}
+
 /* An R string: "..." with backslash escapes; R strings cannot hold NUL. */
 static int r_string(struct buf *b, const char *s, size_t len)
 {
@@ -117,7 +169,9 @@ static int r_string(struct buf *b, const char *s, size_t len)
 	return rc ? rc : buf_puts(b, "\"");
 }
 
-/* R (papermill's RTranslator): NULL, TRUE/FALSE, list() for arrays and objects. */
+/* R (papermill's RTranslator): NULL, TRUE/FALSE, list() for arrays and
+ * objects; Inf, -Inf and NaN, which papermill writes as Python's inf and nan
+ * (names R does not know). */
 static int r_literal(struct buf *b, const json_t *v, int depth)
 {
 	const char *key;
@@ -127,11 +181,15 @@ static int r_literal(struct buf *b, const json_t *v, int depth)
 
 	if (depth > 32)
 		return -EINVAL;
+	rc = lang_marker(b, v, "Inf", "NaN");
+	if (rc <= 0)
+		return rc;
+	rc = 0;
 	switch (json_typeof(v)) {
 	case JSON_NULL: return buf_puts(b, "NULL");
 	case JSON_TRUE: return buf_puts(b, "TRUE");
 	case JSON_FALSE: return buf_puts(b, "FALSE");
-	case JSON_INTEGER: return buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	case JSON_INTEGER: return lang_integer(b, json_integer_value(v));
 	case JSON_REAL: return lang_real(b, json_real_value(v));
 	case JSON_STRING: return r_string(b, json_string_value(v), json_string_length(v));
 	case JSON_ARRAY:
@@ -161,15 +219,54 @@ static int r_literal(struct buf *b, const json_t *v, int depth)
 	return -EINVAL;
 }
 
-/* JavaScript and TypeScript: the JSON text is the literal ("/" escaped as
- * "\/" is still the same string). */
-static int js_literal(struct buf *b, const json_t *v)
+/* JavaScript and TypeScript: the JSON text of a string, true, false or null
+ * is the literal ("/" escaped as "\\/" is still the same string); arrays and
+ * objects as JSON; Infinity, -Infinity and NaN. */
+static int js_literal(struct buf *b, const json_t *v, int depth)
 {
+	const char *key;
+	json_t *item;
 	char *text;
+	size_t i;
 	int rc;
 
-	if (json_is_real(v))
-		return lang_real(b, json_real_value(v));
+	if (depth > 32)
+		return -EINVAL;
+	rc = lang_marker(b, v, "Infinity", "NaN");
+	if (rc <= 0)
+		return rc;
+	rc = 0;
+	switch (json_typeof(v)) {
+	case JSON_REAL: return lang_real(b, json_real_value(v));
+	case JSON_INTEGER: return lang_integer(b, json_integer_value(v));
+	case JSON_ARRAY:
+		rc = buf_puts(b, "[");
+		json_array_foreach(v, i, item) {
+			if (rc == 0 && i)
+				rc = buf_puts(b, ",");
+			if (rc == 0)
+				rc = js_literal(b, item, depth + 1);
+		}
+		return rc ? rc : buf_puts(b, "]");
+	case JSON_OBJECT:
+		rc = buf_puts(b, "{");
+		i = 0;
+		json_object_foreach((json_t *)v, key, item) {
+			json_t *k = json_string(key);
+			if (rc == 0 && i++)
+				rc = buf_puts(b, ",");
+			if (rc == 0)
+				rc = k ? js_literal(b, k, depth + 1) : -ENOMEM;
+			json_decref(k);
+			if (rc == 0)
+				rc = buf_puts(b, ":");
+			if (rc == 0)
+				rc = js_literal(b, item, depth + 1);
+		}
+		return rc ? rc : buf_puts(b, "}");
+	default:
+		break;
+	}
 	text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (!text)
 		return -ENOMEM;
@@ -185,6 +282,10 @@ static int sh_word(struct buf *b, const json_t *v)
 	size_t len;
 	int rc;
 
+	/* bash has words only: a big integer's digits, inf, -inf, nan as
+	 * Python's str() writes them (as any float is written) */
+	if (jsonx_kind_of(v, &s) != JSONX_PLAIN)
+		return buf_puts(b, s);
 	switch (json_typeof(v)) {
 	case JSON_NULL: return buf_puts(b, "''");
 	case JSON_TRUE: return buf_puts(b, "true");
@@ -219,7 +320,7 @@ static int js_assign(struct buf *b, const char *name, const json_t *v)
 {
 	int rc = buf_printf(b, "const %s = ", name);
 	if (rc == 0)
-		rc = js_literal(b, v);
+		rc = js_literal(b, v, 0);
 	return rc ? rc : buf_puts(b, ";\n");
 }
 
@@ -402,6 +503,10 @@ int nbrun__language_params(struct buf *out, struct nbrun_ctx *ctx,
 					  name, lang->display_name);
 		if (rc == 0)
 			rc = lang->assign ? lang->assign(out, written, v) : -EINVAL;
+		if (rc == -ERANGE)
+			return nbrun__err(ctx, NBRUN_EINVAL,
+					  "parameter '%.200s' is an integer %s cannot hold exactly "
+					  "(its numbers are doubles)", name, lang->display_name);
 		if (rc < 0)
 			return nbrun__err(ctx, rc == -ENOMEM ? NBRUN_ENOMEM : NBRUN_EINVAL,
 					  "parameter '%.200s' cannot be written as %s", name,

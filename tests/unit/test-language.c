@@ -127,6 +127,45 @@ static void params_js(void **state)
 	assert_int_equal(rc, NBRUN_EINVAL);
 }
 
+/* What JSON numbers cannot hold: inf, -inf and nan as the language names
+ * them; an integer beyond 64 bits, or beyond 2^53, when a double holds it
+ * exactly; any other integer refused, not rounded in R or JavaScript. */
+static void params_numbers(void **state)
+{
+	int rc;
+	char *src;
+
+	src = inject("ir", "{\"a\": Infinity, \"b\": -Infinity, \"c\": NaN, \"d\": 18446744073709551616,"
+			   " \"e\": [1, NaN], \"f\": 9007199254740992, \"g\": -4611686018427387904}", &rc);
+	assert_int_equal(rc, 0);
+	assert_string_equal(src, "# Parameters\na = Inf\nb = -Inf\nc = NaN\nd = 18446744073709551616\n"
+				 "e = list(1, NaN)\nf = 9007199254740992\ng = -4611686018427387904\n");
+	free(src);
+	src = inject("jslab", "{\"a\": Infinity, \"o\": {\"x\": [NaN, -Infinity, 2.5]},"
+			      " \"d\": -18446744073709551616}", &rc);
+	assert_int_equal(rc, 0);
+	assert_string_equal(src, "// Parameters\nconst a = Infinity;\nconst o = {\"x\":[NaN,-Infinity,2.5]};\n"
+				 "const d = -18446744073709551616;\n");
+	free(src);
+	src = inject("bash", "{\"a\": -Infinity, \"n\": 123456789012345678901234567890, \"l\": [NaN]}", &rc);
+	assert_int_equal(rc, 0);
+	assert_string_equal(src, "# Parameters\na=-inf\nn=123456789012345678901234567890\nl=(nan)\n");
+	free(src);
+	/* no double is 10^20 + 1 nor 2^53 + 1: refused, where papermill's R
+	 * translator writes the digits and R reads another number */
+	assert_null(inject("ir", "{\"n\": 100000000000000000001}", &rc));
+	assert_int_equal(rc, NBRUN_EINVAL);
+	assert_null(inject("ir", "{\"n\": 9007199254740993}", &rc));
+	assert_int_equal(rc, NBRUN_EINVAL);
+	assert_null(inject("tslab", "{\"l\": [1, 123456789012345678901234567890]}", &rc));
+	assert_int_equal(rc, NBRUN_EINVAL);
+	/* Python keeps every integer exactly */
+	src = inject("python3", "{\"n\": 9007199254740993}", &rc);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(src, "n = 9007199254740993\n"));
+	free(src);
+}
+
 static void params_bash(void **state)
 {
 	int rc;
@@ -168,6 +207,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(js_markers),
 		cmocka_unit_test(params_r),
 		cmocka_unit_test(params_js),
+		cmocka_unit_test(params_numbers),
 		cmocka_unit_test(params_bash),
 		cmocka_unit_test(params_python_unchanged),
 		cmocka_unit_test(unknown_kernel_refused),
