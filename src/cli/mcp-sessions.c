@@ -301,7 +301,7 @@ static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, 
 	const char *path = json_string_value(json_object_get(args, "path"));
 	const char *base;
 	struct mcp_budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
-	char dir_id[17], rel[300], why[600];
+	char dir_id[17], rel[300], why[600], owner[65];
 	json_t *content = NULL, *out = NULL;
 	int dfd = -1, fd = -1, rc;
 	struct stat st;
@@ -312,6 +312,7 @@ static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, 
 	if (!serve_name_safe(base, strlen(base)) || mcp_dir_id(dir_id) < 0 ||
 	    mkdirat(cc->s->runs_fd, dir_id, 0700) < 0 ||
 	    (dfd = openat(cc->s->runs_fd, dir_id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    (serve_owner_hex(owner, cc->s, cc->tenant), serve_write_owner(dfd, owner) < 0) ||
 	    mkdirat(dfd, "files", 0700) < 0) {
 		snprintf(why, sizeof(why), "session_download: cannot take '%.200s'", path);
 		out = mcp_text_result(why, true);

@@ -972,6 +972,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 	req.cancel = cc->cancel;
 	req.progress = on_phase;
 	req.payload = cc;
+	serve_owner_hex(req.owner, cc->s, cc->tenant); /* its resources are its tenant's only */
 	serve_api_run(&reply, cc->s, &req);
 	serve_request_free(&req);
 	if (*cc->cancel) {
@@ -1027,7 +1028,7 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 			   size_t msglen)
 {
 	const char *uri = json_string_value(json_object_get(params, "uri")), *p;
-	char id[80], rel[4096], *data = NULL;
+	char id[80], rel[4096], owner[65], *data = NULL;
 	json_t *r, *out = NULL;
 	size_t n, len = 0;
 	int run_fd = -1;
@@ -1050,7 +1051,9 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 	if (!serve_run_id_valid(id) || url_decode(rel, sizeof(rel), p + n + 1) < 0 ||
 	    (strncmp(rel, "files/", 6) && strncmp(rel, "images/", 7)))
 		return NULL;
-	run_fd = openat(cc->s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* Another tenant's run is as missing as one that never was. */
+	serve_owner_hex(owner, cc->s, cc->tenant);
+	run_fd = serve_open_run(cc->s, id, owner);
 	if (run_fd < 0)
 		return NULL;
 	data = read_below(run_fd, rel, MCP_RESOURCE_MAX, &len);

@@ -358,6 +358,7 @@ static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *
 	cc.call = &call;
 	cc.boxes = m->boxes;
 	cc.owner = sess->id;
+	cc.tenant = sess->tenant;
 	pthread_mutex_lock(&m->lock);
 	call.next = m->calls;
 	m->calls = &call;

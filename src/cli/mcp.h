@@ -102,6 +102,7 @@ struct mcp_call_ctx {
 	void *call;                          /* the running request (mcp.c) */
 	struct mcp_boxes *boxes;             /* the server's sessions */
 	const char *owner;                   /* the MCP session's id */
+	int tenant;                          /* the serve token of the MCP session (0 on stdio) */
 };
 /* True when version v is at least the revision "YYYY-MM-DD" since. */
 bool mcp_version_since(const char *v, const char *since);

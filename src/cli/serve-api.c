@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "buf.h"
 #include "cli.h"
@@ -636,7 +637,7 @@ static void serve_reply_write_error(struct serve_reply *reply, int err, const ch
  * in .owner (no GET route reaches a name outside files/ and images/);
  * the first token's runs, and the MCP tools', have none.
  */
-static int serve_write_owner(int run_fd, const char *owner)
+int serve_write_owner(int run_fd, const char *owner)
 {
 	int fd;
 	ssize_t w;
@@ -650,6 +651,22 @@ static int serve_write_owner(int run_fd, const char *owner)
 	if (close(fd) < 0 || w != (ssize_t)strlen(owner))
 		return -1;
 	return 0;
+}
+
+void serve_owner_hex(char out[65], const struct serve *s, int tenant)
+{
+	unsigned char d[32];
+	unsigned int len = 0;
+	const char *t;
+
+	out[0] = '\0';
+	if (tenant <= 0 || (size_t)tenant > s->n_tenant_tokens)
+		return;
+	t = s->tenant_tokens[tenant - 1];
+	if (EVP_Digest(t, strlen(t), d, &len, EVP_sha256(), NULL) != 1 || len != 32)
+		return;
+	for (size_t i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 int serve_open_run(struct serve *s, const char *id, const char *owner)

@@ -105,11 +105,7 @@ static int serve_tenant(struct serve_http *h, struct MHD_Connection *c)
  */
 static void serve_owner_of(char out[65], struct serve_http *h, int tenant)
 {
-	out[0] = '\0';
-	if (tenant <= 0 || (size_t)tenant > h->n_tenants)
-		return;
-	for (size_t i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", h->tenant_hash[tenant - 1][i]);
+	serve_owner_hex(out, h->s, tenant);
 }
 
 /* The rate limiter's key of the peer: its IPv4 address, its IPv6 /64, or "unix". */

@@ -145,6 +145,10 @@ void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char
  * is another token's (the caller answers the same 404 for both).
  */
 int serve_open_run(struct serve *s, const char *id, const char *owner);
+/* The owner digest of tenant (index of the token): "" for the first token. */
+void serve_owner_hex(char out[65], const struct serve *s, int tenant);
+/* Mark the run directory run_fd as owner's (nothing for ""). 0 or -1 (errno set). */
+int serve_write_owner(int run_fd, const char *owner);
 void serve_api_health(struct serve_reply *reply, struct serve *s);
 /* Prometheus text; malloc'd. */
 char *serve_api_metrics(struct serve *s);

@@ -259,6 +259,27 @@ def http_cases():
         check(rr.status == 404, "http: another tenant cannot DELETE the session (%d)" % rr.status)
         st, r, _ = post({"jsonrpc": "2.0", "id": 31, "method": "ping"}, S)
         check(st == 200 and r == {"jsonrpc": "2.0", "id": 31, "result": {}}, "http: the session still works")
+        # resources/read of another tenant's run is the -32002 of a missing one: two kept
+        # runs made on disk, one of the first token (no .owner), one of tenant u.
+        import hashlib
+        for rid, owner, name in (("a0a0a0a0a0a0", None, "a.txt"), ("b0b0b0b0b0b0", "u" * 40, "b.txt")):
+            os.makedirs(os.path.join(state, "runs", rid, "files"))
+            with open(os.path.join(state, "runs", rid, "files", name), "w") as f:
+                f.write("secret " + rid)
+            if owner:
+                with open(os.path.join(state, "runs", rid, ".owner"), "w") as f:
+                    f.write(hashlib.sha256(owner.encode()).hexdigest())
+        st, r, sid_u = post(init_msg("2025-11-25"), other)
+        U = {**other, "Mcp-Session-Id": sid_u, "MCP-Protocol-Version": "2025-11-25"}
+        for hdrs, mine, theirs in ((S, "a0a0a0a0a0a0/files/a.txt", "b0b0b0b0b0b0/files/b.txt"),
+                                   (U, "b0b0b0b0b0b0/files/b.txt", "a0a0a0a0a0a0/files/a.txt")):
+            st, r, _ = post({"jsonrpc": "2.0", "id": 40, "method": "resources/read",
+                             "params": {"uri": "nbrun://runs/" + mine}}, {**hdrs, "Accept": "application/json"})
+            check(st == 200 and "secret" in json.dumps(r), "http: resources/read of its own run")
+            st, r, _ = post({"jsonrpc": "2.0", "id": 41, "method": "resources/read",
+                             "params": {"uri": "nbrun://runs/" + theirs}}, {**hdrs, "Accept": "application/json"})
+            check(err_code(r) == -32002 and "secret" not in json.dumps(r),
+                  "http: resources/read of another tenant's run is -32002")
         # A client that initializes in a loop ends nobody else's session.
         for i in range(300):
             post(init_msg("2025-11-25", i), other)
