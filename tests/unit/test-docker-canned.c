@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1607,6 +1608,37 @@ static void gc_all_removed(void **state)
 	nbrun__docker_free(d);
 }
 
+/* nbrun gc against the same engine: both counts printed, the failure said, exit 4. */
+static void gc_cli(void **state)
+{
+	const char *nbrun = getenv("NBRUN");
+	char cmd[1024], out[256] = "", err[1024] = "";
+	FILE *f;
+	int st;
+
+	if (!nbrun || strchr(nbrun, '\''))
+		fail_msg("NBRUN names no nbrun binary (meson test sets it)");
+	gc_answers();
+	srv_start();
+	snprintf(cmd, sizeof(cmd), "'%s' gc --older-than 1h >'%s/out' 2>'%s/err'", nbrun, S.dir, S.dir);
+	st = system(cmd);
+	assert_true(WIFEXITED(st));
+	snprintf(cmd, sizeof(cmd), "%s/out", S.dir);
+	f = fopen(cmd, "r");
+	assert_non_null(f);
+	out[fread(out, 1, sizeof(out) - 1, f)] = '\0';
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "%s/err", S.dir);
+	f = fopen(cmd, "r");
+	assert_non_null(f);
+	err[fread(err, 1, sizeof(err) - 1, f)] = '\0';
+	fclose(f);
+	if (WEXITSTATUS(st) != 4 || strcmp(out, "removed 2\ncould not remove 3\n") ||
+	    strncmp(err, "nbrun: error: 3 of 5 containers and volumes could not be removed", 64) ||
+	    strchr(err, '\n') != err + strlen(err) - 1)
+		fail_msg("exit %d, stdout %s, stderr %s", WEXITSTATUS(st), out, err);
+}
+
 int main(int argc, char **argv)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1653,6 +1685,7 @@ int main(int argc, char **argv)
 		T(gc_counts_failures),
 		T(gc_public_counts),
 		T(gc_all_removed),
+		T(gc_cli),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	unit_filter_args(argc, argv);
