@@ -981,6 +981,33 @@ static void job_ok(void **state)
 	assert_int_equal(nbrun_result_file_count(F.result), 2);
 }
 
+/* The skipped list is as long as the run's max_files, not the default: past it one entry counts the rest. */
+static void job_skipped_follows_max_files(void **state)
+{
+	const void *tar;
+	size_t tar_len;
+	const json_t *sk;
+
+	(void)state;
+	F.opts.max_files = 2;
+	F.tar = make_tar(&tar, &tar_len, "data/a", "1", "data/b", "2", "data/c", "3", "data/d", "4",
+			 "data/e", "5", (const char *)NULL);
+	F.agent.archive = tar;
+	F.agent.archive_len = tar_len;
+	agent_start(script_ok, 0);
+	assert_int_equal(run_job(), 0);
+	assert_agent_happy();
+	assert_status(NBRUN_STATUS_OK);
+	assert_int_equal(nbrun_result_file_count(F.result), 2);
+	sk = json_object_get(F.result->doc, "skipped");
+	assert_int_equal(json_array_size(sk), 3);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(sk, 0), "path")), "c");
+	assert_string_equal(json_string_value(json_object_get(json_array_get(sk, 0), "reason")),
+			    "over the export cap");
+	assert_string_equal(json_string_value(json_object_get(json_array_get(sk, 2), "path")), "...");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(sk, 2), "count")), 1);
+}
+
 /* Names outside the top directory (PROTOCOL.md: everything below data/) are not exported. */
 static void job_fetch_outside_top(void **state)
 {
@@ -1977,6 +2004,7 @@ int main(int argc, char **argv)
 		T(violation_done_data_cut),
 		T(violation_markdown_untouched),
 		T(job_unknown_types_skipped),
+		T(job_skipped_follows_max_files),
 		T(job_cell_after_done_ignored),
 		T(job_cell_sent_twice),
 		T(sandbox_ready),
