@@ -948,6 +948,10 @@ int nbrun__job_run(struct nbrun__job *j, json_t *nb, const char *notebook, size_
 		char why[400];
 		if (e.message[0])
 			snprintf(why, sizeof(why), "%s", e.message);
+		else if (!e.done && !st.running && (st.exit_code == 137 || st.exit_code == 143))
+			/* SIGKILL or SIGTERM from outside: the engine stopping is the usual cause. */
+			snprintf(why, sizeof(why), "the sandbox was stopped from outside (exit code %d): the "
+				 "Docker engine stopped or restarted, or its container was killed", st.exit_code);
 		else
 			job_line(why, sizeof(why), j->sb->conn ? j->sb->conn->err_tail : "");
 		snprintf(msg, sizeof(msg), "%s%s%s",

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "nbrun-private.h"
 
 #define DSB_UID 1000
@@ -391,15 +392,37 @@ static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out
 	return 0;
 }
 
+/*
+ * A removal the engine could not take (unreachable, 5xx, 409 while the
+ * container is still being killed) is tried again for a while: an engine
+ * restarting under a run comes back within seconds, and a removal given up
+ * at once would leave the volume behind until this process has exited and
+ * a later gc sees it.
+ */
 static void dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
 		       bool *have)
 {
 	char path[160];
+	uint64_t deadline = clock_mono_ms() + DSB_CLEANUP_TIMEOUT_MS;
+	long pause_ms = 250;
+	struct timespec ts;
+	int status;
 
 	if (!*have)
 		return;
 	snprintf(path, sizeof(path), "/%s/%s?%s", kind, name, query);
-	nbrun__docker_json(b->docker, "DELETE", path, NULL, NULL, DSB_CLEANUP_TIMEOUT_MS);
+	for (;;) {
+		status = nbrun__docker_json(b->docker, "DELETE", path, NULL, NULL, DSB_CLEANUP_TIMEOUT_MS);
+		if ((status >= 200 && status < 300) || status == 404 ||
+		    (status >= 0 && status < 500 && status != 409) ||
+		    clock_mono_ms() + (uint64_t)pause_ms >= deadline)
+			break;
+		ts.tv_sec = pause_ms / 1000;
+		ts.tv_nsec = (pause_ms % 1000) * 1000000L;
+		nanosleep(&ts, NULL);
+		if (pause_ms < 2000)
+			pause_ms *= 2;
+	}
 	*have = false;
 }
 
