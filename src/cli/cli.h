@@ -61,7 +61,7 @@ int cli_parse_count(int64_t *out, const char *s);
 enum {
 	CLI_OPT_TIMEOUT = 256, CLI_OPT_CELL_TIMEOUT, CLI_OPT_MEMORY, CLI_OPT_CPUS, CLI_OPT_PIDS,
 	CLI_OPT_DISK, CLI_OPT_NETWORK, CLI_OPT_IMAGE, CLI_OPT_MAX_OUTPUT, CLI_OPT_JSON,
-	CLI_OPT_ALLOW_ERRORS,
+	CLI_OPT_ALLOW_ERRORS, CLI_OPT_RUNTIME,
 	CLI_OPT_FIRST_LOCAL = 300,
 };
 #define CLI_RUN_LONGOPTS                                                      \
@@ -75,6 +75,7 @@ enum {
 	{ "disk", required_argument, NULL, CLI_OPT_DISK },                    \
 	{ "network", required_argument, NULL, CLI_OPT_NETWORK },              \
 	{ "image", required_argument, NULL, CLI_OPT_IMAGE },                  \
+	{ "runtime", required_argument, NULL, CLI_OPT_RUNTIME },              \
 	{ "max-output", required_argument, NULL, CLI_OPT_MAX_OUTPUT },        \
 	{ "allow-errors", no_argument, NULL, CLI_OPT_ALLOW_ERRORS }
 /* What run and batch share besides the run options: -o, --json, -q, -h. */

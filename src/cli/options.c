@@ -161,6 +161,8 @@ const char cli_run_options_help[] =
 	"  --disk SIZE           size of /mnt/data (default 512M)\n"
 	"  --network MODE        none (default) or bridge\n"
 	"  --image NAME          runtime image (default jupyter-runtime:<version>)\n"
+	"  --runtime NAME        the engine's OCI runtime, e.g. runsc (gVisor, network none only);\n"
+	"                        checked to be in use before any code runs (default: the engine's)\n"
 	"  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n"
 	"Errors:\n"
 	"  --allow-errors        go on after a cell raises (nbconvert --allow-errors); by default\n"
@@ -230,6 +232,12 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 	case CLI_OPT_IMAGE:
 		o->image = arg;
 		return 0;
+	case CLI_OPT_RUNTIME:
+		if (!*arg || strlen(arg) > 64 ||
+		    strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(arg))
+			return cli_usage_error(cmd, "--runtime: '%.64s' is not a runtime name", arg);
+		o->runtime = arg;
+		return 0;
 	case CLI_OPT_MAX_OUTPUT:
 		if (cli_parse_size(&u, arg) < 0)
 			return cli_usage_error(cmd, "--max-output: '%s' is not a positive size", arg);
@@ -250,6 +258,8 @@ int cli_run_args_finish(struct cli_run_args *a, const char *cmd)
 		return cli_usage_error(cmd, "--memory must be at least 64M");
 	if (a->opts.disk_bytes < (1ULL << 20))
 		return cli_usage_error(cmd, "--disk must be at least 1M");
+	if (a->opts.runtime && !strcmp(a->opts.runtime, "runsc") && strcmp(a->opts.network, "none"))
+		return cli_usage_error(cmd, "--runtime runsc runs with --network none only");
 	/* Two -f with one base name: the second would silently replace the first. */
 	for (size_t i = 0; i < a->nfiles; i++)
 		for (size_t k = 0; k < i; k++) {

@@ -367,6 +367,7 @@ struct nbrun__sandbox_spec {
 	size_t env_count;
 	const char *preload;      /* modules the kernel imports before it is ready, or NULL */
 	const char *kernel;       /* the kernelspec the agent starts (NULL: python3) */
+	const char *runtime;      /* the engine's OCI runtime (NULL: its default); checked once started */
 };
 
 struct nbrun__sandbox_state {
@@ -375,7 +376,7 @@ struct nbrun__sandbox_state {
 	int exit_code;
 };
 
-#define NBRUN__SANDBOX_OPS_VERSION 1
+#define NBRUN__SANDBOX_OPS_VERSION 2
 struct nbrun__sandbox_ops {
 	unsigned int version;
 	const char *name;
@@ -386,9 +387,13 @@ struct nbrun__sandbox_ops {
 	/* Check that the image is on the engine (want NULL: the default, else
 	 * :latest) and set sb->image. */
 	int (*resolve_image)(struct nbrun__sandbox *sb, const char *want);
+	/* Version 2: check that the engine has the runtime; NBRUN_EINVAL naming
+	 * the runtimes it has when not. */
+	int (*check_runtime)(struct nbrun__sandbox *sb, const char *runtime);
 	/* Resolve the image (sb->image) and create the sandbox, not started. */
 	int (*create)(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec);
-	/* Start it with its channel attached (sb->conn). */
+	/* Start it with its channel attached (sb->conn); with a runtime, check
+	 * that the started sandbox really runs under it (NBRUN_EENGINE if not). */
 	int (*start)(struct nbrun__sandbox *sb);
 	/* Unpack an uncompressed tar at dest. */
 	int (*put_archive)(struct nbrun__sandbox *sb, const char *dest, const void *tar, size_t len);
@@ -501,6 +506,8 @@ int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id,
 void nbrun__out_dir_release(int fd);
 /* The sandbox a run's options ask for (image, limits, network, env; no preload). */
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o);
+/* The runtime the options ask for (version 6), or NULL: the engine's default. */
+const char *nbrun__run_runtime(const struct nbrun_run_options *o);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
 

@@ -314,13 +314,25 @@ struct nbrun_run_options {
 	 * going after errors, as those versions did.
 	 */
 	int allow_errors;
+	/**
+	 * Version 6: the OCI runtime the engine runs the sandbox with
+	 * (HostConfig.Runtime), e.g. "runsc" for gVisor, or NULL for the
+	 * engine's default. A name the engine does not list is NBRUN_EINVAL
+	 * (the message names the runtimes it has). The run then checks that
+	 * the runtime is really in use: the engine must report it for the
+	 * started container, and under "runsc" the sandbox's kernel must be
+	 * gVisor's (/proc/version), else the run is NBRUN_EENGINE and no code
+	 * runs. "runsc" takes network "none" only. The result records it as
+	 * "runtime". A pool's sandboxes run under its run options' runtime.
+	 */
+	const char *runtime;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 5
+#define NBRUN_RUN_OPTIONS_VERSION 6
 #define NBRUN_RUN_OPTIONS_INIT                                                                   \
 	{                                                                                        \
 		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
 			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL, NULL, NULL, NULL, NULL, 0                                    \
+			NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL                              \
 	}
 
 /**

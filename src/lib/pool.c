@@ -34,7 +34,7 @@ struct nbrun_pool {
 	bool stop;
 	unsigned int size;
 	struct nbrun_run_options run; /* the sandboxes' limits (strings copied below) */
-	char *image, *network, *preload;
+	char *image, *network, *preload, *runtime;
 	struct nbrun__sandbox_spec spec;
 	struct pool_item *ready;      /* LIFO: the newest is the warmest */
 	unsigned int n_ready, n_starting;
@@ -181,7 +181,7 @@ static bool pool_fits(const struct nbrun_pool *p, const struct nbrun_run_options
 	return pool_str_eq(p->run.image, o->image) && p->run.memory_bytes == o->memory_bytes &&
 	       p->run.nano_cpus == o->nano_cpus && p->run.pids == o->pids &&
 	       p->run.disk_bytes == o->disk_bytes && pool_str_eq(p->network, o->network) &&
-	       o->env_count == 0;
+	       pool_str_eq(p->runtime, nbrun__run_runtime(o)) && o->env_count == 0;
 }
 
 struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
@@ -283,13 +283,17 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 	p->image = p->run.image ? strdup(p->run.image) : NULL;
 	p->network = strdup(p->run.network);
 	p->preload = opts->preload && *opts->preload ? strdup(opts->preload) : NULL;
+	p->runtime = nbrun__run_runtime(&p->run) ? strdup(nbrun__run_runtime(&p->run)) : NULL;
 	if ((p->run.image && !p->image) || !p->network ||
-	    (opts->preload && *opts->preload && !p->preload)) {
+	    (opts->preload && *opts->preload && !p->preload) ||
+	    (nbrun__run_runtime(&p->run) && !p->runtime)) {
 		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 		goto fail;
 	}
 	p->run.image = p->image;
 	p->run.network = p->network;
+	if (p->run.version >= 6)
+		p->run.runtime = p->runtime;
 	/* The runs' own sandbox, plus the preload (a pool takes no env). */
 	nbrun__run_sandbox_spec(&p->spec, &p->run);
 	p->spec.preload = p->preload;
@@ -300,6 +304,10 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 		probe->ops->gc(probe);
 		rc = probe->ops->resolve_image(probe, p->image);
 	}
+	/* An engine without the runtime: said now, not by every sandbox. */
+	if (rc == 0 && p->runtime)
+		rc = probe->ops->check_runtime ? probe->ops->check_runtime(probe, p->runtime)
+					       : nbrun__err(ctx, NBRUN_EINVAL, "the sandbox backend takes no runtime");
 	if (rc == 0 && !p->image) {
 		/* The default resolved to a tag: every sandbox uses that one. */
 		p->image = probe->image;
@@ -368,6 +376,7 @@ NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
 	free(p->image);
 	free(p->network);
 	free(p->preload);
+	free(p->runtime);
 	free(p);
 }
 

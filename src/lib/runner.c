@@ -52,6 +52,11 @@ static struct nbrun_pool *run_pool(const struct nbrun_run_options *o)
 	return o->version >= 2 ? o->pool : NULL;
 }
 
+const char *nbrun__run_runtime(const struct nbrun_run_options *o)
+{
+	return o->version >= 6 ? o->runtime : NULL;
+}
+
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
 {
 	*s = (struct nbrun__sandbox_spec){
@@ -63,6 +68,7 @@ void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_r
 		.network = !strcmp(o->network, "none") ? false : true,
 		.env = o->env,
 		.env_count = o->env_count,
+		.runtime = nbrun__run_runtime(o),
 	};
 }
 
@@ -108,6 +114,17 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 	if (o->image && (!*o->image || strlen(o->image) > 255 ||
 			 strspn(o->image, RUN_IMAGE_CHARS) != strlen(o->image)))
 		return nbrun__err(ctx, NBRUN_EINVAL, "'%s' is not an image name", o->image);
+	if (nbrun__run_runtime(o)) {
+		const char *rt = nbrun__run_runtime(o);
+		if (!*rt || strlen(rt) > 64 ||
+		    strspn(rt, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+			    strlen(rt))
+			return nbrun__err(ctx, NBRUN_EINVAL, "'%.64s' is not a runtime name", rt);
+		/* scripts/setup registers gVisor with its network off: a bridge
+		 * asked for would silently be none. */
+		if (!strcmp(rt, "runsc") && strcmp(o->network, "none"))
+			return nbrun__err(ctx, NBRUN_EINVAL, "runtime runsc runs with network none only");
+	}
 	/* Two inputs with one name: the second would replace the first. */
 	for (size_t i = 0; i < o->file_count; i++)
 		for (size_t k = 0; k < i; k++) {
@@ -220,6 +237,9 @@ static void run_finish_result(struct run *r)
 	json_object_set_new(doc, "out_dir", json_string(r->out_dir));
 	if (r->warm)
 		json_object_set_new(doc, "warm", json_true());
+	/* Only a runtime asked for is named: it was checked when the sandbox started. */
+	if (nbrun__run_runtime(r->opts))
+		json_object_set_new(doc, "runtime", json_string(nbrun__run_runtime(r->opts)));
 	if (fstatat(r->out_fd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    asprintf(&nb_path, "%s/notebook.ipynb", r->out_dir) >= 0) {
 		json_object_set_new(doc, "notebook", json_string(nb_path));
@@ -324,6 +344,17 @@ static void run_reset_cells(json_t *nb)
 	}
 }
 
+static int run_check_runtime(struct nbrun_ctx *ctx, const char *runtime)
+{
+	struct nbrun__sandbox *probe = NULL;
+	int rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);
+
+	if (rc == 0)
+		rc = probe->ops->check_runtime(probe, runtime);
+	nbrun__sandbox_free(probe);
+	return rc;
+}
+
 static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, json_t *nb,
 			     const struct nbrun_run_options *opts, const struct nbrun__language *lang)
 {
@@ -378,6 +409,10 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		snprintf(r.id, sizeof(r.id), "%s", r.sb->id);
 	else
 		rc = nbrun__random_id(ctx, r.id);
+	/* A runtime the engine lacks is a usage error: found before the output
+	 * directory is made (a pool checked its runtime when it was made). */
+	if (rc == 0 && !r.sb && nbrun__run_runtime(opts))
+		rc = run_check_runtime(ctx, nbrun__run_runtime(opts));
 	if (rc < 0)
 		goto out;
 	rc = nbrun__out_dir_open(ctx, opts->out_dir, r.id, &r.out_dir, &r.out_fd);

@@ -73,6 +73,7 @@ static void dsb_free(struct nbrun__sandbox *sb)
 	struct dsb *b = sb->backend;
 
 	nbrun__docker_free(b->docker);
+	free(b->runtime);
 	free(b);
 	sb->backend = NULL;
 }
@@ -287,6 +288,42 @@ static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
 	return status;
 }
 
+/* The engine lists its runtimes in /info: a name it lacks is a usage error. */
+static int dsb_check_runtime(struct nbrun__sandbox *sb, const char *runtime)
+{
+	struct dsb *b = dsb_of(sb);
+	json_t *info = NULL, *runtimes, *v;
+	const char *name;
+	char list[256] = "";
+	size_t off = 0;
+	int status;
+
+	status = nbrun__docker_json(b->docker, "GET", "/info", NULL, &info, 0);
+	if (status < 0)
+		return status;
+	if (status != 200) {
+		json_decref(info);
+		return dsb_status(sb, 500, "cannot ask the engine for its runtimes");
+	}
+	runtimes = json_object_get(info, "Runtimes");
+	if (json_object_get(runtimes, runtime)) {
+		json_decref(info);
+		return 0;
+	}
+	json_object_foreach(runtimes, name, v) {
+		int n = snprintf(list + off, sizeof(list) - off, "%s%.64s", off ? ", " : "", name);
+		if (n < 0 || (size_t)n >= sizeof(list) - off)
+			break;
+		off += (size_t)n;
+	}
+	status = nbrun__err(sb->ctx, NBRUN_EINVAL,
+			    "runtime '%s' is not registered with the Docker engine (its runtimes: %s)%s",
+			    runtime, off ? list : "none listed",
+			    strcmp(runtime, "runsc") ? "" : "; scripts/setup registers runsc");
+	json_decref(info);
+	return status;
+}
+
 static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec)
 {
 	struct dsb *b = dsb_of(sb);
@@ -303,6 +340,14 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 	if (rc < 0)
 		return rc;
 	body = dsb_container_spec(sb, spec);
+	free(b->runtime);
+	b->runtime = spec->runtime ? strdup(spec->runtime) : NULL;
+	if (body && spec->runtime &&
+	    (!b->runtime || json_object_set_new(json_object_get(body, "HostConfig"), "Runtime",
+						json_string(spec->runtime)) < 0)) {
+		json_decref(body);
+		body = NULL;
+	}
 	if (!body)
 		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
 	snprintf(path, sizeof(path), "/containers/create?name=nbrun-%s", sb->id);
@@ -312,7 +357,138 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 	json_decref(body);
 	if (status >= 400)
 		b->have_container = false;
+	/* The engine says "Unknown runtime specified": say which it has. */
+	if (status >= 400 && status < 500 && spec->runtime) {
+		rc = dsb_check_runtime(sb, spec->runtime);
+		if (rc < 0)
+			return rc;
+	}
 	return dsb_status(sb, status, "cannot create the container");
+}
+
+/*
+ * The kernel of a gVisor sandbox reports this fixed version in /proc/version
+ * (gVisor's pkg/sentry/kernel/version.go); a host's kernel does not.
+ */
+#define DSB_GVISOR_VERSION "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+#define DSB_VERSION_MAX 512
+
+/* The stdout of an exec's stream (8-byte frame headers), at most max - 1 bytes. */
+static void dsb_stream_stdout(char *out, size_t max, const struct buf *raw)
+{
+	size_t off = 0, n = 0;
+
+	while (raw->data && off + 8 <= raw->len) {
+		const unsigned char *h = (const unsigned char *)raw->data + off;
+		size_t len = (size_t)h[4] << 24 | (size_t)h[5] << 16 | (size_t)h[6] << 8 | h[7];
+
+		off += 8;
+		if (len > raw->len - off)
+			len = raw->len - off;
+		for (size_t i = 0; h[0] == 1 && i < len && n + 1 < max; i++)
+			out[n++] = raw->data[off + i];
+		off += len;
+	}
+	out[n] = '\0';
+}
+
+static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out);
+
+/* What /proc/version says inside the started sandbox, read by a process of its own. */
+static int dsb_exec_version(struct nbrun__sandbox *sb, char *out, size_t max)
+{
+	struct dsb *b = sb->backend;
+	static const char start[] = "{\"Detach\":false,\"Tty\":false}";
+	struct buf raw = BUF_INIT(64 * 1024);
+	char path[160];
+	const char *id;
+	json_t *body, *reply = NULL;
+	int status;
+
+	body = json_pack("{s:[s,s], s:b, s:b, s:s}", "Cmd", "/bin/cat", "/proc/version",
+			 "AttachStdout", 1, "AttachStderr", 1, "User", "1000:1000");
+	if (!body)
+		return nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+	snprintf(path, sizeof(path), "/containers/%s/exec", b->container);
+	status = nbrun__docker_json(b->docker, "POST", path, body, &reply, 0);
+	json_decref(body);
+	id = json_string_value(json_object_get(reply, "Id"));
+	if (status >= 0 && status < 400 && (!id || strlen(id) > 80 ||
+					    strspn(id, "0123456789abcdef") != strlen(id)))
+		status = nbrun__err(sb->ctx, NBRUN_EENGINE, "the engine's exec reply has no id");
+	if (status >= 400)
+		status = dsb_status(sb, status, "cannot check the sandbox's kernel");
+	if (status >= 0) {
+		snprintf(path, sizeof(path), "/exec/%s/start", id);
+		status = nbrun__docker_request(b->docker, "POST", path, "application/json", start,
+					       strlen(start), &raw, 20000);
+		if (status >= 400)
+			status = nbrun__err(sb->ctx, NBRUN_EENGINE,
+					    "cannot check the sandbox's kernel: exec start: HTTP %d", status);
+	}
+	json_decref(reply);
+	if (status >= 0)
+		dsb_stream_stdout(out, max, &raw);
+	buf_free(&raw);
+	return status < 0 ? status : 0;
+}
+
+/*
+ * A runtime asked for must be the one the sandbox runs under: the engine
+ * must report it for the container, and under runsc the sandbox's own kernel
+ * must be gVisor's and not the host's, which neither a runsc entry that
+ * points at another runtime nor a runtime that ignores its arguments can
+ * fake. Checked before the sandbox gets any code.
+ */
+static int dsb_verify_runtime(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = sb->backend;
+	char path[128], version[DSB_VERSION_MAX], host[DSB_VERSION_MAX] = "";
+	struct nbrun__sandbox_state st;
+	const char *used;
+	json_t *j = NULL;
+	FILE *f;
+	int status;
+
+	snprintf(path, sizeof(path), "/containers/%s/json", b->container);
+	status = nbrun__docker_json(b->docker, "GET", path, NULL, &j, 0);
+	if (status != 200) {
+		json_decref(j);
+		return dsb_status(sb, status < 0 ? status : 500, "cannot inspect the container");
+	}
+	used = json_string_value(json_object_get(json_object_get(j, "HostConfig"), "Runtime"));
+	if (!used || strcmp(used, b->runtime)) {
+		status = nbrun__err(sb->ctx, NBRUN_EENGINE,
+				    "runtime %s was asked for but the engine runs the sandbox under '%.64s'",
+				    b->runtime, used ? used : "(none)");
+		json_decref(j);
+		return status;
+	}
+	json_decref(j);
+	if (strcmp(b->runtime, "runsc"))
+		return 0;
+	status = dsb_exec_version(sb, version, sizeof(version));
+	if (status < 0)
+		return status;
+	version[strcspn(version, "\r\n")] = '\0';
+	/* A sandbox that ended at once is not a kernel that lied: say why it ended. */
+	if (!strstr(version, DSB_GVISOR_VERSION) && dsb_state(sb, &st) == 0 && !st.running)
+		return nbrun__err(sb->ctx, NBRUN_EENGINE,
+				  "the sandbox ended as it started (exit %d), before its runtime could be checked: %.200s",
+				  st.exit_code, sb->conn ? sb->conn->err_tail : "");
+	f = fopen("/proc/version", "re");
+	if (f) {
+		if (!fgets(host, sizeof(host), f))
+			host[0] = '\0';
+		fclose(f);
+		host[strcspn(host, "\r\n")] = '\0';
+	}
+	if (!strstr(version, DSB_GVISOR_VERSION) || !strcmp(version, host))
+		return nbrun__err(sb->ctx, NBRUN_EENGINE,
+				  "runtime runsc was asked for but the sandbox's kernel is not gVisor's "
+				  "(/proc/version: '%.120s'): check the engine's runsc entry (scripts/setup)",
+				  version);
+	return 0;
 }
 
 /* Attached before it starts, so that nothing the agent says is missed. */
@@ -329,8 +505,11 @@ static int dsb_start(struct nbrun__sandbox *sb)
 		nbrun__chan_init(&sb->ch, sb->conn, sb->ctx, sb->cancel);
 	}
 	snprintf(path, sizeof(path), "/containers/%s/start", b->container);
-	return dsb_status(sb, nbrun__docker_json(b->docker, "POST", path, NULL, NULL, 0),
-			  "cannot start the container");
+	rc = dsb_status(sb, nbrun__docker_json(b->docker, "POST", path, NULL, NULL, 0),
+			"cannot start the container");
+	if (rc == 0 && b->runtime)
+		rc = dsb_verify_runtime(sb);
+	return rc;
 }
 
 static int dsb_put_archive(struct nbrun__sandbox *sb, const char *dest, const void *data,
@@ -447,6 +626,7 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.open = dsb_open,
 	.gc = dsb_gc,
 	.resolve_image = dsb_resolve_image,
+	.check_runtime = dsb_check_runtime,
 	.create = dsb_create,
 	.start = dsb_start,
 	.put_archive = dsb_put_archive,

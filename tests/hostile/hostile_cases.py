@@ -12,6 +12,11 @@ unique to the case) and on the engine (nothing labelled with the run's id or
 nbrun's pid is left). The last line of a passing case is
 "held <case>: <what held>"; a failing one prints "FAIL: ..." and exits 1.
 
+NBRUN_RUNTIME=NAME (e.g. runsc) runs every case under that OCI runtime
+(`--runtime NAME` on each run, and on the servers under --warm): every result
+document must then name it as its "runtime", and a warm pool sandbox must
+show it as its HostConfig.Runtime, or the case fails.
+
 --warm runs a sandbox case (WARM_CASES) through the warm path instead: one
 `nbrun serve --pool 1` per distinct set of limits the case uses (started with
 those limits), each run sent with `nbrun run --server` once the pool is ready.
@@ -64,6 +69,7 @@ MARK = "hostile-%s" % uuid.uuid4().hex[:12]  # unique per case, for pgrep -f
 KEEP = []                    # temp dirs removed when the case holds
 WARM = None                  # the Warm harness under --warm (see the warm path below)
 WARM_GONE_S = 10.0           # a used pool sandbox is removed in the background: allow this
+RUNTIME = os.environ.get("NBRUN_RUNTIME") or None   # every run under this OCI runtime
 
 
 def fail(msg):
@@ -119,6 +125,8 @@ def start(args, env=None, out=None, json_out=True):
     so = tempfile.TemporaryFile()
     se = tempfile.TemporaryFile()
     server, ready = None, None
+    if RUNTIME:
+        args = ["--runtime", RUNTIME] + args
     if WARM:
         server, args = WARM.server_for(args, env)
         ready = server.ready_sandbox()
@@ -164,6 +172,9 @@ def finish_proc(p, out, so, se, timeout):
     if p.returncode == -signal.SIGKILL and elapsed >= timeout:
         fail("nbrun hung: killed after %d s (%r)" % (timeout, r))
     r.server = p.hostile_server
+    if RUNTIME and r.doc is not None:
+        check(r.doc.get("runtime") == RUNTIME, "the run did not say it ran under %s (\"runtime\": %r): %r" %
+              (RUNTIME, r.doc.get("runtime"), r))
     if r.server:
         r.server_hwm_kb = r.server.hwm_kb()
         check(r.doc is not None, "warm: no result document from the server: %r\n%s" % (r, r.server.log_tail()))
@@ -487,7 +498,7 @@ def one_line_error(r, what):
 # they go on `nbrun serve`. --timeout goes on both, so that the server's
 # default cell timeout (the timeout less 4 s) is the cold run's too.
 SERVER_OPTS = ("--memory", "--pids", "--cpus", "--disk", "--cell-timeout", "--network", "--image",
-               "--max-output")
+               "--max-output", "--runtime")
 # The sandbox cases: their threat is the code inside the container. The others
 # are about nbrun's own process (signals, engine faults, options, its parser of
 # a tampered notebook, 50 at once, limits too small to start a pool sandbox).
@@ -599,6 +610,8 @@ class WarmServer:
                 "NanoCpus": int(round(float(self.limits.get("--cpus", "1")) * 1e9)),
                 "NetworkMode": self.limits.get("--network", "none"), "ReadonlyRootfs": True,
                 "Privileged": False, "CapDrop": ["ALL"], "Init": True, "IpcMode": "private"}
+        if RUNTIME:
+            want["Runtime"] = RUNTIME
         got = {k: hc.get(k) for k in want}
         check(got == want, "pool sandbox %s: policy %r, want %r" % (name, got, want))
         check(set(hc.get("CapAdd") or []) <= {"SETUID", "SETGID", "SETPCAP"}, "CapAdd %r" % hc.get("CapAdd"))

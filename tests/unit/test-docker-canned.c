@@ -1239,6 +1239,51 @@ static void sandbox_container_refused(void **state)
 	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-ctrfail-data?force=1", 0), -1);
 }
 
+/* A runtime the engine lacks: refused at create, and the message names the runtimes it has. */
+static void sandbox_runtime_unknown(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "rtbad");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	json_t *c;
+
+	spec.runtime = "nosuch";
+	answer("POST /v1.41/containers/create", NULL, 400,
+	       "{\"message\":\"Unknown runtime specified nosuch\"}");
+	answer("GET /v1.41/info", NULL, 200,
+	       "{\"Runtimes\":{\"runc\":{\"path\":\"runc\"},\"runsc\":{\"path\":\"/usr/bin/runsc\"}}}");
+	assert_int_equal(sb->ops->create(sb, &spec), NBRUN_EINVAL);
+	assert_non_null(strstr(ctx.errmsg, "runtime 'nosuch' is not registered with the Docker engine"));
+	assert_non_null(strstr(ctx.errmsg, "(its runtimes: runc, runsc)"));
+	c = asked_json(find_asked("POST /v1.41/containers/create", 0));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(c, "HostConfig"), "Runtime")),
+			    "nosuch");
+	json_decref(c);
+	nbrun__sandbox_free(sb);
+	assert_int_not_equal(find_asked("DELETE /v1.41/volumes/nbrun-rtbad-data?force=1", 0), -1);
+}
+
+/* The engine ran the started sandbox under another runtime: start fails before any code. */
+static void sandbox_runtime_not_used(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb = sandbox_ok(&ctx, "rtswap");
+	struct nbrun__sandbox_spec spec = test_spec(false);
+
+	spec.runtime = "runsc";
+	answer("POST /v1.41/containers/create", NULL, 201, "{\"Id\":\"c0ffee\",\"Warnings\":[]}");
+	answer("POST /v1.41/containers/nbrun-rtswap/start", NULL, 204, "");
+	answer("GET /v1.41/containers/nbrun-rtswap/json", NULL, 200,
+	       "{\"HostConfig\":{\"Runtime\":\"runc\"},\"State\":{\"Running\":true}}");
+	sandbox_created(&ctx, sb, &spec);
+	S.mode = MODE_ATTACH_END; /* the server serves one connection at a time: no hang */
+	assert_int_equal(sb->ops->start(sb), NBRUN_EENGINE);
+	assert_non_null(strstr(ctx.errmsg, "runtime runsc was asked for but the engine runs the sandbox under 'runc'"));
+	assert_int_equal(find_asked("POST /v1.41/containers/nbrun-rtswap/exec", 0), -1);
+	nbrun__sandbox_free(sb);
+	assert_int_not_equal(find_asked("DELETE /v1.41/containers/nbrun-rtswap?force=1&v=1", 0), -1);
+}
+
 static bool json_array_has_string(const json_t *a, const char *s)
 {
 	size_t i;
@@ -1677,6 +1722,8 @@ int main(int argc, char **argv)
 		T(sandbox_data_volume_fails),
 		T(sandbox_container_refused),
 		T(sandbox_container_spec),
+		T(sandbox_runtime_unknown),
+		T(sandbox_runtime_not_used),
 		T(sandbox_destroy_idempotent),
 		T(sandbox_destroy_despite_cancel),
 		T(sandbox_new_invalid),
