@@ -94,13 +94,14 @@ int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
 	      struct nbrun__gc_counts *out)
 {
-	char last[sizeof(ctx->errmsg)];
+	char last[sizeof(ctx->errmsg)] = "";
 	int rc = gc_pass(d, older_than_s, out);
 
 	if (rc < 0 || !out->failed)
 		return rc;
 	/* The context holds the engine's words about the last failure. */
-	snprintf(last, sizeof(last), "%s", ctx->errmsg);
+	if (ctx)
+		snprintf(last, sizeof(last), "%s", ctx->errmsg);
 	return nbrun__err(ctx, NBRUN_EENGINE, "%u of %u containers and volumes could not be removed%s%s",
 			  out->failed, out->failed + out->removed, last[0] ? "; the last: " : "", last);
 }
