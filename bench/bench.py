@@ -23,6 +23,10 @@ ratio against baseline A measured in the same session:
               the same workloads over a kept-alive HTTP connection (request to
               the whole response), back-to-back rate at concurrency 1 and 2,
               the server's RSS and its containers' memory
+  runsc       (only with --only runsc) what gVisor costs: cold `nbrun run` of
+              print(1) and warm pool hits of `nbrun serve --pool 1`, under the
+              engine's default runtime (runc) and under `--runtime runsc`,
+              interleaved in one session
 
 Benchmarks are not tests: nothing here fails on timing. Results go to
 bench/results/<date>.json for bench/compare.
@@ -362,9 +366,9 @@ class Bench:
         say("warning: %s: %s" % (what, str(detail)[:200]))
 
     # nbrun run --json, checked for what the workload must produce.
-    def nbrun_run(self, wl, docker_host=None):
+    def nbrun_run(self, wl, docker_host=None, extra=()):
         for _ in range(3):
-            p = self._nbrun_run(wl, docker_host)
+            p = self._nbrun_run(wl, docker_host, extra)
             if p.ok or p.rc != 4 or not self.engine_down("nbrun run (%s)" % wl["key"]):
                 break
         if not p.ok:
@@ -372,9 +376,9 @@ class Bench:
                       "exit %d, status %s: %s" % (p.rc, p.doc.get("status"), p.doc.get("message")))
         return p
 
-    def _nbrun_run(self, wl, docker_host):
+    def _nbrun_run(self, wl, docker_host, extra=()):
         out = self._dir("nbrun-" + wl["key"])
-        argv = [self.nbrun, "run", "--json", "-q", "-o", out, "-c", wl["code"]]
+        argv = [self.nbrun, "run", "--json", "-q", "-o", out, "-c", wl["code"]] + list(extra)
         if wl["csv"]:
             argv += ["-f", self.csv_path]
         if wl.get("language"):
@@ -889,11 +893,12 @@ def proc_status(pid):
 class Server:
     """`nbrun serve --socket --state-dir --pool N` from the binary under test."""
 
-    def __init__(self, b, pool):
+    def __init__(self, b, pool, extra=(), name="serve"):
         self.b = b
         self.pool = pool
+        self.extra = list(extra)
         # sun_path holds 107 bytes: a long TMPDIR gets a short directory of its own.
-        self.dir = os.path.join(b.work, "serve")
+        self.dir = os.path.join(b.work, name)
         if len(os.path.join(self.dir, "s.sock")) > 100:
             self.dir = tempfile.mkdtemp(prefix="nbrun-bench-", dir="/tmp")
         os.makedirs(self.dir, exist_ok=True)
@@ -910,7 +915,7 @@ class Server:
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen(
             [self.b.nbrun, "serve", "--socket", self.sock, "--state-dir", self.state,
-             "--pool", str(self.pool)],
+             "--pool", str(self.pool)] + self.extra,
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.b.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -1130,6 +1135,97 @@ def section_warm(b, runs, pool, sustained):
         if not srv.dir.startswith(b.work):
             shutil.rmtree(srv.dir, ignore_errors=True)
     return res
+
+
+RUNTIMES = ("runc", "runsc")
+RUNSC_TIMEOUT = "600s"   # a gVisor sandbox starts slowly under ptrace on a loaded machine
+
+
+def section_runsc(b, n):
+    """print(1) under the engine's default runtime (runc) and under runsc, side by side:
+    n cold runs of each, interleaved, then n warm pool hits of each from two servers
+    (one discarded first), each hit with its pool full and idle."""
+    wl = WORKLOADS[0]
+    res = {"cold": {rt: [] for rt in RUNTIMES}, "warm": {rt: [] for rt in RUNTIMES},
+           "warm_server_ms": {rt: [] for rt in RUNTIMES}, "fill_s": {}, "leftovers": {}}
+    extra = {"runc": ["--timeout", RUNSC_TIMEOUT],
+             "runsc": ["--runtime", "runsc", "--timeout", RUNSC_TIMEOUT]}
+    say("runsc: %d cold run(s) and %d warm hit(s) of print(1) per runtime" % (n, n))
+    for i in range(n):
+        for rt in RUNTIMES:
+            tick("runsc: cold %s %d/%d" % (rt, i + 1, n))
+            p = b.nbrun_run(wl, extra=extra[rt])
+            if p.ok and rt == "runsc" and p.doc.get("runtime") != "runsc":
+                b.fail("runsc cold", "the result does not say runsc: %r" % p.doc.get("runtime"))
+            elif p.ok:
+                res["cold"][rt].append(p.wall_ms)
+    servers = {rt: Server(b, 1, extra=extra[rt], name="serve-" + rt)
+               for rt in RUNTIMES}
+    body = warm_request(wl, "")
+    try:
+        for rt, srv in servers.items():
+            if not srv.start():
+                b.fail("runsc: nbrun serve (%s)" % rt, "did not start (log: %s)" % _tail(srv.log_path))
+                return res
+        for rt, srv in servers.items():
+            tick("runsc: waiting for the %s pool" % rt)
+            if srv.wait_full(timeout=900) is None:
+                b.fail("runsc: nbrun serve (%s)" % rt, "the pool did not fill: %s" % (srv.health() or {}).get("pool"))
+                return res
+            res["fill_s"][rt] = time.monotonic() - srv.t_start
+        for i in range(n + 1):
+            for rt, srv in servers.items():
+                if srv.wait_full(timeout=900) is None:
+                    b.fail("runsc warm %s" % rt, "pool not refilled: %s" % (srv.health() or {}).get("pool"))
+                    continue
+                tick("runsc: warm %s %d/%d" % (rt, i, n) if i else "runsc: warm-up hit (%s)" % rt)
+                try:
+                    r = warm_post(srv.client, body)
+                except (OSError, http.client.HTTPException) as e:
+                    b.fail("runsc warm %s" % rt, "request failed: %s" % e)
+                    continue
+                bad = "HTTP %d" % r["status"] if r["status"] != 200 else warm_check(wl, r["doc"])
+                if not bad and not r["warm"]:
+                    bad = "not a pool hit"
+                if not bad and rt == "runsc" and r["doc"].get("runtime") != "runsc":
+                    bad = "the result does not say runsc"
+                if bad:
+                    b.fail("runsc warm %s" % rt, bad)
+                elif i:
+                    res["warm"][rt].append(r["wall_ms"])
+                    res["warm_server_ms"][rt].append(r["server_ms"])
+    finally:
+        tick_done()
+        for rt, srv in servers.items():
+            srv.stop()
+            res["leftovers"][rt] = srv.leftovers
+            if srv.leftovers:
+                b.fail("runsc: nbrun serve (%s)" % rt, "%d container(s) left after SIGTERM" % srv.leftovers)
+    return res
+
+
+def report_runsc(r, metric, targets, out):
+    out.append("== gVisor: print(1) under runc (the engine's default) and --runtime runsc, "
+               "interleaved in one session (ms)")
+    rows, p50 = [], {}
+    for kind, label in (("cold", "cold nbrun run"), ("warm", "warm pool hit, request to response")):
+        for rt in RUNTIMES:
+            d = dist(r[kind][rt])
+            p50[kind, rt] = d["p50"]
+            metric("runsc.%s.%s.wall_ms" % (kind, rt), d, "ms", "lower")
+            rows.append(dist_row("%s, %s" % (label, rt), d))
+    out.append(table(["", "n", "min", "p50", "p90", "p99", "max"], rows))
+    if r["fill_s"]:
+        out.append("first pool sandbox ready after: %s" % ", ".join(
+            "%s %.1f s" % (rt, s) for rt, s in sorted(r["fill_s"].items())))
+    out.append("")
+    for kind in ("cold", "warm"):
+        a, g = p50[kind, "runc"], p50[kind, "runsc"]
+        rr = ratio(g, a)
+        if rr:
+            metric("runsc.%s.ratio" % kind, rr, "x", "lower", note="runsc p50 / runc p50")
+        targets.append(("%s print(1) under runsc vs runc, p50 (info)" % kind,
+                        "%.2fx (+%.0f ms: %.0f vs %.0f ms)" % (rr, g - a, g, a) if rr else "-", "-", None))
 
 
 def first_line_ms(srv, path, body):
@@ -1432,7 +1528,9 @@ def main():
                     help="back-to-back print(1) requests at concurrency 1 and 2 (20; quick 2)")
     ap.add_argument("--long-cells", type=int, help="cells of the long notebook (1000; quick 100)")
     ap.add_argument("--long-runs", type=int, help="runs of the long notebook, each side (3; quick 1)")
-    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs,long")
+    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs,long "
+                    "(those by default), runsc (gVisor against runc; scripts/setup registers runsc)")
+    ap.add_argument("--runsc-runs", type=int, help="cold runs and warm hits per runtime in runsc (3; quick 1)")
     ap.add_argument("--wait-idle", type=float, default=0,
                     help="wait up to this many minutes for the 1-min load to fall below nproc/2")
     ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
@@ -1453,8 +1551,9 @@ def main():
     args.warm_sustained = args.warm_sustained or (2 if q else 20)
     args.long_cells = args.long_cells or (100 if q else 1000)
     args.long_runs = args.long_runs or (1 if q else 3)
+    args.runsc_runs = args.runsc_runs or (1 if q else 3)
     sections = set((args.only or "cold,phases,warm,batch,parse,langs,long").split(","))
-    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs", "long"}
+    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs", "long", "runsc"}
     if unknown:
         print("bench: error: --only: unknown section(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
         return 2
@@ -1491,7 +1590,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="nbrun-bench-")
     b = Bench(args, work)
-    cold = phases = warm = batch = parse = langs = long_ = None
+    cold = phases = warm = batch = parse = langs = long_ = runsc = None
     t_all = time.monotonic()
     try:
         with LoadSampler() as sampler:
@@ -1509,6 +1608,8 @@ def main():
                 langs = section_langs(b, 1 if q else 5)
             if "long" in sections:
                 long_ = section_long(b, args.long_cells, args.long_runs)
+            if "runsc" in sections:
+                runsc = section_runsc(b, args.runsc_runs)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -1730,6 +1831,10 @@ def main():
                         "%.2fx (%.0f MB for %.0f MB)" % (r, rss["max"], size / 1e6) if r else "-",
                         "<= 3x", None if r is None else r <= 3.0))
 
+    # ---- gVisor
+    if runsc:
+        report_runsc(runsc, metric, targets, out)
+
     # ---- targets
     if "warm" in sections:
         warm_targets(warm, metrics, targets)
@@ -1769,6 +1874,7 @@ def main():
                    "parse_runs": args.parse_runs, "warm_runs": args.warm_runs,
                    "long_cells": args.long_cells, "long_runs": args.long_runs,
                    "warm_pool": args.warm_pool, "warm_sustained": args.warm_sustained,
+                   "runsc_runs": args.runsc_runs,
                    "sections": sorted(sections)},
         "load": {"before": load_before, "after": load_after, "during_1min": during,
                  "busy_processes_at_start": hogs, "other_containers_at_start": others},

@@ -113,6 +113,7 @@ static const char *run_local_only(int opt)
 	case CLI_OPT_DISK: return "--disk";
 	case CLI_OPT_NETWORK: return "--network";
 	case CLI_OPT_IMAGE: return "--image";
+	case CLI_OPT_RUNTIME: return "--runtime";
 	case CLI_OPT_MAX_OUTPUT: return "--max-output";
 	case CLI_OPT_ALLOW_ERRORS: return "--allow-errors";
 	}
