@@ -97,7 +97,8 @@ static void serve_help(void)
 	       "images and files inlined as base64 when each is at most 1 MiB and all inlined at\n"
 	       "most 8 MiB (always reachable by url).\n"
 	       "\n"
-	       "Exit codes: 0 stopped by a signal, 2 usage, 5 cannot listen or write the state.\n",
+	       "Exit codes: 0 stopped by a signal, 2 usage, 4 no engine (one line says why),\n"
+	       "5 cannot listen or write the state.\n",
 	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, SERVE_CONN_TIMEOUT_S,
 	       SERVE_CONN_LIMIT, SERVE_CONN_PER_IP, SERVE_AUTH_FAILURES, cli_run_options_help);
 }
@@ -534,6 +535,33 @@ static int serve_start_pool(struct serve *s)
 	return rc < 0 ? -1 : 0;
 }
 
+/*
+ * The engine before anything is made: a server that could run nothing says
+ * why in one line and exits 4, as a run would. What killed runs and servers
+ * of this host left (their pid is gone) is removed here, pool or not.
+ */
+static int serve_check_engine(void)
+{
+	struct nbrun_ctx *ctx = NULL;
+	unsigned int removed = 0, failed = 0;
+	int rc;
+
+	if (nbrun_ctx_new(&ctx) < 0) {
+		cli_error("out of memory");
+		return -1;
+	}
+	rc = nbrun_gc(&removed, &failed, ctx, 0);
+	if (rc < 0 && !failed)
+		cli_error("%s", nbrun_ctx_errmsg(ctx));
+	else if (rc < 0)
+		fprintf(stderr, "nbrun: serve: warning: %u leftovers of killed runs not removed: %s\n",
+			failed, nbrun_ctx_errmsg(ctx));
+	if (removed)
+		fprintf(stderr, "nbrun: serve: removed %u containers and volumes of killed runs\n", removed);
+	nbrun_ctx_free(ctx);
+	return rc < 0 && !failed ? -1 : 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
 	enum {
@@ -712,6 +740,10 @@ int cmd_serve(int argc, char **argv)
 	s.opts.file_count = 0;
 	if (token_file && serve_read_token(&s, token_file) < 0)
 		goto out;
+	if (serve_check_engine() < 0) {
+		ret = CLI_EXIT_ENGINE;
+		goto out;
+	}
 	/* Usage first (nothing made), then the state directory. */
 	if (sock_path) {
 		fd = serve_listen_unix(sock_path);

@@ -31,9 +31,9 @@ CHART = ("import matplotlib.pyplot as plt\n"
 class Server:
     """nbrun serve on a unix socket (default) or a loopback TCP port."""
 
-    def __init__(self, tcp=False, extra=(), pool=0):
+    def __init__(self, tcp=False, extra=(), pool=0, state=None):
         self.tmp = tempfile.mkdtemp(prefix="nbrun-serve-")
-        self.state = os.path.join(self.tmp, "state")
+        self.state = state or os.path.join(self.tmp, "state")
         self.sock = None if tcp else os.path.join(self.tmp, "s.sock")
         self.port = free_port() if tcp else None
         where = ["--listen", "127.0.0.1:%d" % self.port] if tcp else ["--socket", self.sock]
@@ -551,30 +551,149 @@ def case_pool_sigterm():
         s.stop()
 
 
+def run_files(state, run_id):
+    """{name: bytes} of a kept run's regular files, for comparing before and after."""
+    top = os.path.join(state, "runs", run_id)
+    out = {}
+    for d, _, names in os.walk(top):
+        for n in names:
+            with open(os.path.join(d, n), "rb") as f:
+                out[os.path.relpath(os.path.join(d, n), top)] = f.read()
+    return out
+
+
 def case_pool_sigkill():
-    s = Server(pool=2)
+    # SIGKILL mid-load: a pool sandbox (ready or starting), three runs
+    # executing, an open session, and a finished run on disk. The next server on the same
+    # state directory reclaims every container and volume of the killed one
+    # and still serves the finished run as it was.
+    s = Server(pool=1, extra=["--timeout", "600s"])
+    curls = []
     try:
-        s.wait_pool(2)
         pid = s.proc.pid
+        label = "nbrun.pid=%d" % pid
+        st, done = s.json("/v1/runs", {"code": "print(6*7)\n" + CHART})
+        check(st == 200 and done["status"] == "ok" and done["stdout"] == "42\n", done)
+        kept = run_files(s.state, done["run_id"])
+        check({"result.json", "notebook.ipynb"} <= set(kept) and any(k.startswith("images/") for k in kept),
+              "the finished run's files: %r" % sorted(kept))
+        st, sess = s.json("/v1/sessions", {})
+        check(st == 201, "session: %d %r" % (st, sess))
+        for _ in range(3):
+            curls.append(subprocess.Popen(
+                ["curl", "-sS", "--unix-socket", s.sock, "-o", "/dev/null", "-w", "%{http_code}",
+                 "-H", "Authorization: Bearer " + s.token, "--data-binary",
+                 json.dumps({"code": "import time; time.sleep(300)"}), "http://localhost/v1/runs"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        # Killed once the three runs' containers run beside the session's.
+        deadline = time.time() + 120
+        f = urllib.parse.quote(json.dumps({"label": [label], "status": ["running"]}))
+        while time.time() < deadline and len(engine("/containers/json?filters=" + f)) < 4:
+            time.sleep(0.3)
+        st, health = s.json("/v1/health", token=None)
+        check(health["runs_active"] == 3, "runs executing: %r" % health)
+        check(len(engine("/containers/json?filters=" + f)) >= 4, "the runs never started: %r" % leftovers(label=label))
         s.proc.send_signal(signal.SIGKILL)
         s.proc.wait(timeout=30)
-        left = leftovers(label="nbrun.pid=%d" % pid)
-        check(left, "nothing to reclaim: the test proves nothing")
+        left = leftovers(label=label)
+        check(len(left) >= 8, "a container and a volume each for 3 runs and a session: %r" % left)
+        for c in curls:
+            out, _ = c.communicate(timeout=30)
+            check(out != "200", "a run answered 200 from a killed server")
     finally:
+        for c in curls:
+            if c.poll() is None:
+                c.kill()
         s.stop()
-    # The next server with a pool reclaims what the killed one left.
-    s2 = Server(pool=1)
+    # The next server, on the same state directory and without a pool, has
+    # reclaimed what the killed one left by the time it listens.
+    s2 = Server(pool=0, state=s.state, extra=["--timeout", "300s"])
     try:
-        s2.wait_pool(1)
-        deadline = time.time() + 30
-        while leftovers(label="nbrun.pid=%d" % pid) and time.time() < deadline:
-            time.sleep(0.2)
-        check(not leftovers(label="nbrun.pid=%d" % pid),
-              "a restarted server left the killed one's sandboxes: %r" % leftovers(label="nbrun.pid=%d" % pid))
+        check(not leftovers(label=label),
+              "a restarted server left the killed one's sandboxes: %r" % leftovers(label=label))
+        check("removed" in s2.stderr() and "of killed runs" in s2.stderr(), s2.stderr())
+        check(run_files(s.state, done["run_id"]) == kept, "the finished run's files changed")
+        st, again = s2.json("/v1/runs/" + done["run_id"])
+        check(st == 200 and comparable(again) == comparable(done) and again["run_id"] == done["run_id"],
+              "the finished run after a restart: %d %r" % (st, again))
+        runs = os.listdir(os.path.join(s.state, "runs"))
+        check(runs == [done["run_id"]], "the killed runs' directories are left: %r" % runs)
+        st, doc = s2.json("/v1/runs", {"code": "print(7)"})
+        check(st == 200 and doc["status"] == "ok", "a run after the restart: %d %r" % (st, doc))
     finally:
         s2.proc.send_signal(signal.SIGTERM)
         s2.proc.wait(timeout=60)
         s2.stop()
+    check(not leftovers(label="nbrun.pid=%d" % s2.proc.pid), "the second server left sandboxes")
+
+
+def case_engine_down():
+    # No engine at start: one line naming the socket, exit 4, nothing made
+    # (neither the listening socket nor a token), with and without a pool.
+    tmp = tempfile.mkdtemp(prefix="nbrun-serve-")
+    env = dict(os.environ, DOCKER_HOST="unix://" + os.path.join(tmp, "no-engine.sock"))
+    for pool in ("0", "2"):
+        sock = os.path.join(tmp, "s.sock")
+        p = subprocess.run([NBRUN, "serve", "--socket", sock, "--state-dir", os.path.join(tmp, "st"),
+                            "--pool", pool], env=env, capture_output=True, text=True, timeout=60)
+        check(p.returncode == 4, "pool %s: exit %d (want 4): %s" % (pool, p.returncode, p.stderr))
+        check(p.stderr.startswith("nbrun: error: ") and p.stderr.count("\n") == 1 and
+              "no-engine.sock" in p.stderr and "not running" in p.stderr, "pool %s: %r" % (pool, p.stderr))
+        check(not os.path.exists(sock) and not os.path.exists(os.path.join(tmp, "st", "token")),
+              "pool %s: a refused start made its socket or token" % pool)
+
+
+def case_disk_full():
+    # The state directory on a 2 MiB tmpfs, then filled: a run that cannot
+    # keep its outputs is answered 507 (or 500) with a JSON message, never a
+    # hang or a broken document; every result.json on disk still parses, the
+    # run kept before is served as it was, and once there is room again the
+    # same server runs again.
+    mnt = tempfile.mkdtemp(prefix="nbrun-small-")
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt], capture_output=True, text=True)
+    check(p.returncode == 0, "cannot mount a small tmpfs (the suite runs as root): %s" % p.stderr)
+    s = None
+    try:
+        s = Server(state=os.path.join(mnt, "state"), extra=["--timeout", "300s"])
+        st, first = s.json("/v1/runs", {"code": "print(1)"})
+        check(st == 200 and first["status"] == "ok", "before the disk filled: %d %r" % (st, first))
+        fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for code in ("print(2)", CHART + "print(3)"):
+            st, doc = s.json("/v1/runs", {"code": code})
+            check(st in (507, 500), "a full state disk answered %d: %r" % (st, doc))
+            check(isinstance(doc.get("error"), str) and doc["error"] and "\n" not in doc["error"] and
+                  doc.get("kind"), "no one-line message: %r" % doc)
+        runs = os.path.join(s.state, "runs")
+        for d, _, names in os.walk(runs):
+            for n in names:
+                check(not n.endswith(".tmp"), "a temporary file left: %s" % os.path.join(d, n))
+                if n == "result.json":
+                    with open(os.path.join(d, n)) as f:
+                        try:
+                            json.load(f)
+                        except ValueError:
+                            fail("a corrupt result file: %s" % os.path.join(d, n))
+        st, again = s.json("/v1/runs/" + first["run_id"])
+        check(st == 200 and again["stdout"] == "1\n", "the kept run: %d %r" % (st, again))
+        os.unlink(os.path.join(mnt, "filler"))
+        st, doc = s.json("/v1/runs", {"code": "print(4)"})
+        check(st == 200 and doc["status"] == "ok" and doc["stdout"] == "4\n",
+              "with room again: %d %r" % (st, doc))
+        s.proc.send_signal(signal.SIGTERM)
+        check(s.proc.wait(timeout=60) == 0, "serve exit: %s" % s.stderr())
+        check(not leftovers(label="nbrun.pid=%d" % s.proc.pid), "sandboxes left")
+    finally:
+        if s:
+            s.stop()
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
 
 
 def case_usage():
