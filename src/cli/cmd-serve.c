@@ -85,7 +85,7 @@ static void serve_help(void)
 	       "  --max-connections-per-ip N  connections at once from one client address\n"
 	       "                        (default %d)\n"
 	       "  --auth-failures N     wrong or missing tokens from one client address (an IPv6\n"
-	       "                        /64; a unix socket's peers count as one) in a minute before\n"
+	       "                        /64; on a unix socket, one user id) in a minute before\n"
 	       "                        it gets 429 with Retry-After until the minute ends, even\n"
 	       "                        with the right token (default %d)\n"
 	       "  -h, --help            this text\n"

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <microhttpd.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -24,7 +25,7 @@
 /* Client addresses tracked at once; beyond, the oldest window is forgotten. */
 #define SERVE_AUTH_SLOTS 1024
 
-/* Failures of one client address (IPv4, an IPv6 /64, or every unix-socket peer). */
+/* Failures of one client address (IPv4, an IPv6 /64, or a unix-socket peer's uid). */
 struct serve_auth_slot {
 	unsigned char key[9]; /* family, then 4 or 8 address bytes */
 	bool used;
@@ -108,14 +109,22 @@ static void serve_owner_of(char out[65], struct serve_http *h, int tenant)
 	serve_owner_hex(out, h->s, tenant);
 }
 
-/* The rate limiter's key of the peer: its IPv4 address, its IPv6 /64, or "unix". */
+/* The rate limiter's key of the peer: its IPv4 address, its IPv6 /64, or its uid on a unix socket. */
 static void serve_peer_key(unsigned char key[9], struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
 
 	memset(key, 0, 9);
-	if (sa && sa->sa_family == AF_INET) {
+	if ((!sa || sa->sa_family == AF_UNIX) && fi &&
+	    getsockopt(fi->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		/* One local user cannot lock another out of the socket. */
+		key[0] = 1;
+		memcpy(key + 1, &cred.uid, sizeof(cred.uid));
+	} else if (sa && sa->sa_family == AF_INET) {
 		key[0] = 4;
 		memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
 	} else if (sa && sa->sa_family == AF_INET6) {

@@ -355,11 +355,74 @@ def case_tokens():
         st, _, _ = s.jreq("GET", "/v1/sessions", token=TOKEN_B, src="127.0.0.2")
         check(st == 200, "nor is the other tenant's (%s)" % st)
         check(s.healthy(), "health needs no token and stays open to the limited address")
+        if os.geteuid() == 0:
+            unix_tokens()
         src = open(os.path.join(os.environ.get("NBRUN_SRCDIR", "."), "src/cli/serve-http.c")).read()
         check("CRYPTO_memcmp(got, h->token_hash" in src and "serve_hash(got, v, strlen(v))" in src,
               "tokens are compared as SHA-256 digests with CRYPTO_memcmp (constant time)")
     finally:
         s.stop()
+
+
+def unix_get(path, token, uid=None):
+    """GET /v1/sessions over the unix socket path, as uid (a child process) when given."""
+    def once():
+        c = _UnixConn(path, 30)
+        c.request("GET", "/v1/sessions", headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        r.read()
+        return r.status
+    if uid is None:
+        return once()
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(wfd, str(once()).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    got = os.read(rfd, 16)
+    os.close(rfd)
+    os.waitpid(pid, 0)
+    return int(got) if got else None
+
+
+def unix_tokens():
+    """On a unix socket the failures count per user id: root locked out, nobody not."""
+    d = tempfile.mkdtemp(prefix="nbrun-hostile-sock-")
+    os.chmod(d, 0o755)
+    sock = os.path.join(d, "s.sock")
+    state = tempfile.mkdtemp(prefix="nbrun-hostile-serve-")
+    with open(os.path.join(state, "tokens"), "w") as f:
+        f.write(TOKEN_A + "\n")
+    err = open(os.path.join(state, "stderr"), "w+b")
+    p = subprocess.Popen([NBRUN, "serve", "--socket", sock, "--pool", "0", "--auth-failures", "3",
+                          "--state-dir", os.path.join(state, "st"),
+                          "--token-file", os.path.join(state, "tokens")], stderr=err)
+    try:
+        t0 = time.monotonic()
+        while not os.path.exists(sock) and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+        os.chmod(sock, 0o666)
+        codes = [unix_get(sock, "wrong-wrong-wrong") for _ in range(3)]
+        codes.append(unix_get(sock, TOKEN_A))
+        check(codes == [401, 401, 401, 429], "unix socket: 3 wrong tokens as root, then 429 (%s)" % codes)
+        check(unix_get(sock, TOKEN_A, uid=65534) == 200,
+              "unix socket: another user id with the right token is not locked out")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+        err.seek(0)
+        log = err.read().decode(errors="replace")
+        check(rc == 0 and "AddressSanitizer" not in log and "runtime error" not in log,
+              "unix socket server: exits 0, no sanitizer report")
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def case_tenants():
