@@ -17,8 +17,8 @@ MAX_POINTS points per series (an evenly spaced sample, first and last point
 kept), MAX_ROWS rows and MAX_COLUMNS columns, text cut at MAX_TEXT
 characters, and the whole description at most MAX_BYTES bytes of compact
 JSON (fewer points or rows until it fits); "truncated": true says something
-was left out. Numbers keep 7 significant digits; NaN and infinities are
-null. Nothing here imports matplotlib or pandas: the formatters match
+was left out. Numbers are the doubles plotted (integers when whole); NaN
+and infinities are null. Nothing here imports matplotlib or pandas: the formatters match
 objects by their class's module and name, and a
 description that fails is left out (the figure's PNG and the table's HTML
 are unaffected).
@@ -38,8 +38,6 @@ MAX_ROWS = 20
 MAX_COLUMNS = 50
 MAX_TEXT = 200
 MAX_BYTES = 16000
-# Points per series tried, in order, until the description fits MAX_BYTES.
-POINT_STEPS = (MAX_POINTS, 200, 100, 50, 20, 10, 2)
 ROW_STEPS = (MAX_ROWS, 10, 5, 2, 1, 0)
 
 
@@ -64,16 +62,24 @@ def _label(s):
 
 
 def _number(v):
-    """A finite number with 7 significant digits (an integer when whole); None otherwise."""
+    """A finite number as the double it is (an integer when whole); None otherwise."""
     try:
         f = float(v)
     except (TypeError, ValueError, OverflowError):
         return None
     if not math.isfinite(f):
         return None
-    if f == int(f) and abs(f) < 2 ** 53:
+    if f.is_integer() and abs(f) < 2 ** 53:
         return int(f)
-    return float("%.7g" % f)
+    return f
+
+
+def _numbers(a):
+    """_number of every element of a numeric numpy array, without a call per element."""
+    if a.dtype.kind in "iub":
+        return a.tolist()
+    return [(int(v) if v.is_integer() and abs(v) < 2 ** 53 else v) if math.isfinite(v) else None
+            for v in a.astype(float).tolist()]
 
 
 def _value(v):
@@ -184,6 +190,8 @@ def _raw_values(seq, idx):
         arr = np.asarray(arr)
     except Exception:
         arr = list(seq)
+    if isinstance(arr, np.ndarray) and arr.dtype.kind in "iubf":
+        return _numbers(arr[idx])
     out = []
     for i in idx:
         v = arr[i]
@@ -231,7 +239,9 @@ def _series_scatter(ax, dx, dy):
             continue
 
         def build(idx, offs=offs):
-            return [dx(offs[i, 0]) for i in idx], [dy(offs[i, 1]) for i in idx]
+            xs, ys = offs[idx, 0], offs[idx, 1]
+            return ([dx(v) for v in xs] if dx is not _number else _numbers(xs),
+                    [dy(v) for v in ys] if dy is not _number else _numbers(ys))
         out.append(dict(kind="scatter", label=_label(coll.get_label()), n=len(offs), build=build))
     return out
 
@@ -359,11 +369,18 @@ def _render(axes, cap, max_series):
         a["series"] = []
         a_trunc = len(series) > max_series
         for s in series[:max_series]:
-            idx = _sample(s["n"], cap)
-            try:
-                xs, ys = s["build"](idx)
-            except Exception:
+            # the points at MAX_POINTS are read once; a smaller cap takes an
+            # evenly spaced subset of them (first and last kept)
+            if "points" not in s:
+                try:
+                    s["points"] = s["build"](_sample(s["n"], MAX_POINTS))
+                except Exception:
+                    s["points"] = None
+            if s["points"] is None:
                 continue
+            idx = _sample(len(s["points"][0]), cap)
+            xs = [s["points"][0][i] for i in idx]
+            ys = [s["points"][1][i] for i in idx]
             e = {"kind": s["kind"], "label": s["label"], "n_points": s["n"]}
             if s.get("pie"):
                 e["labels"], e["fractions"] = xs, ys
@@ -394,10 +411,25 @@ def describe_figure(fig):
         doc = {"version": VERSION, "kind": _kind_of(kinds), "title": title,
                "n_axes": len(axes), "axes": [], "truncated": False}
         for max_series in (MAX_SERIES, 5, 1):
-            for cap in POINT_STEPS:
+            # a first cap from the size of the points and of the rest
+            # (both measured once), so that a figure of many long series is
+            # not serialised whole again and again
+            doc["axes"], _ = _render(axes, 0, max_series)
+            rest = _size(doc)
+            if rest >= MAX_BYTES:
+                continue
+            doc["axes"], _ = _render(axes, MAX_POINTS, max_series)
+            points = max(1, _size(doc) - rest)
+            cap = max(2, min(MAX_POINTS, int(MAX_POINTS * (MAX_BYTES - rest) * 0.95 / points)))
+            while True:
                 doc["axes"], doc["truncated"] = _render(axes, cap, max_series)
-                if _size(doc) <= MAX_BYTES:
+                size = _size(doc)
+                if size <= MAX_BYTES:
                     return doc
+                if cap <= 2:
+                    break
+                # the points make most of the size: aim below the budget
+                cap = max(2, min(cap - 1, int(cap * MAX_BYTES * 0.9 / size)))
         doc["axes"], doc["truncated"] = [], True
         return doc if _size(doc) <= MAX_BYTES else None
     except Exception:
