@@ -14,6 +14,7 @@ Usage: examples_cases.py CASE
 import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,13 @@ def case_agent_loop():
     out = tempfile.mkdtemp(prefix="nbrun-example-agent-")
     env = dict(os.environ, NBRUN_MCP_ARGS="--pool 0 --timeout 600s", OPENAI_BASE_URL="http://127.0.0.1:9")
     env.pop("OPENAI_API_KEY", None)
+    try:
+        agent_loop(out, env)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def agent_loop(out, env):
     p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "agent_loop.py"), "--replay",
                         os.path.join(EXAMPLES, "agent-turn.json"), "--out", out],
                        capture_output=True, text=True, timeout=900, env=env, cwd=out)
@@ -90,6 +98,7 @@ def case_curl_session():
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
         log.close()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

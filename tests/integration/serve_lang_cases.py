@@ -20,6 +20,7 @@ Python's. The lang-* tests run R and JavaScript through nbrun run.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,8 @@ class Server:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         rc = self.proc.wait(60)
+        self.log.close()
+        shutil.rmtree(self.state, ignore_errors=True)
         check(rc == 0, "nbrun serve stops on SIGTERM with 0 (%s)" % rc)
 
 
@@ -108,7 +111,8 @@ def case_run_http():
         st, doc = s.call("POST", "/v1/runs", {"code": "1", "language": ["r"]})
         check(st == 400 and "language" in doc["error"], "a language that is not a string is 400: %s" % doc)
         env = dict(os.environ, NBRUN_TOKEN_FILE=os.path.join(s.state, "token"))
-        tmp = tempfile.mkdtemp(prefix="nbrun-serve-lang-out-")
+        tmp = os.path.join(s.state, "cli")
+        os.mkdir(tmp)
         p = subprocess.run([NBRUN, "run", "--server", s.url, "--json", "-o", os.path.join(tmp, "a"), "-l", "sh",
                             "-c", "echo $(( (3 * 3 + 4 * 4) * 11 ))"],
                            capture_output=True, text=True, timeout=900, env=env)
