@@ -314,6 +314,10 @@ def run_client(srv, args, todo, tally, warm_evt, warm_at, deadline):
                     tally.busy_lat.append(dt)
                 tally.add("503 busy (retried)")
                 wait = retry_after(status, headers, tally, "run")
+                if wait is not None and time.time() + wait > deadline:
+                    # Out of time: wait it out rather than ask again at once.
+                    time.sleep(max(0.0, deadline - time.time()))
+                    tally.add("not sent again: past the time bound")
                 if wait is None or time.time() + wait > deadline:
                     break
                 time.sleep(wait)
@@ -411,7 +415,7 @@ def drive(srv, args, name, total, conc, make_threads):
     res.update(extra)
     errors = {k: v for k, v in tally.kinds.items()
               if not (k.startswith("503 busy") or k == "pool hit" or k.startswith("reconnect")
-                      or k.startswith("abandoned"))}
+                      or k.startswith("abandoned") or k.startswith("not sent again"))}
     res["errors"] = errors
     fails = []
     if errors:
@@ -463,8 +467,11 @@ def session_client(srv, args, todo, tally, warm_evt, warm_at, deadline, abandone
             if status == 503:
                 tally.add("503 busy (retried)")
                 wait = retry_after(status, hd, tally, "session")
-                if wait is None or time.time() + wait > deadline:
-                    raise Failure("503 given up")
+                if wait is None:
+                    raise Failure("503 without Retry-After")
+                if time.time() + wait > deadline:
+                    time.sleep(max(0.0, deadline - time.time()))
+                    raise OutOfTime()
                 time.sleep(wait)
                 continue
             if status not in ok:
@@ -515,12 +522,19 @@ def session_client(srv, args, todo, tally, warm_evt, warm_at, deadline, abandone
             tally.ok(time.monotonic() - t0)
         except Failure as e:
             tally.add(str(e))
+        except OutOfTime:
+            tally.add("not sent again: past the time bound")
+            break
         with tally.lock:
             if tally.done >= warm_at and not warm_evt.is_set():
                 warm_evt.set()
 
 
 class Failure(Exception):
+    pass
+
+
+class OutOfTime(Exception):
     pass
 
 
