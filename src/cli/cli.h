@@ -97,6 +97,8 @@ struct cli_run_args {
 int cli_run_args_init(struct cli_run_args *a, int argc);
 void cli_run_args_free(struct cli_run_args *a);
 int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char *cmd);
+/* The option (a CLI_OPT_*) when it is a limit the server sets: refused with --server. */
+const char *cli_server_sets(int opt);
 /* After parsing: cross-checks; wires files/env into opts. 0 or CLI_EXIT_USAGE. */
 int cli_run_args_finish(struct cli_run_args *a, const char *cmd);
 

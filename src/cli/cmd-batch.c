@@ -26,7 +26,11 @@
 #include "path.h"
 #include "cli.h"
 #include "params.h"
+#include "remote.h"
 #include "text.h"
+
+/* Attempts of one notebook on a server whose node went away, at most. */
+#define BATCH_RETRIES_MAX 10
 
 #define BATCH_NOTEBOOK_MAX (256u << 20)
 #define BATCH_MAX_JOBS 100000
@@ -48,6 +52,8 @@ struct batch {
 	size_t counts[NBRUN_STATUS_FAILED + 1];
 	bool engine_failed, fail_fast, tty, stop;
 	struct nbrun_run_options opts;
+	struct cli_remote remote; /* with remote.server: each notebook sent there */
+	unsigned int retries;
 	char *out_dir;
 	FILE *jsonl;
 	pthread_mutex_t lock;
@@ -76,6 +82,13 @@ static void batch_help(void)
 	       "  --fail-fast           stop everything at the first notebook that does not end ok\n"
 	       "  --json                print report.json instead of the summary table\n"
 	       "  -q, --quiet           no live progress on a terminal\n"
+	       "  --server URL          send each notebook to an nbrun serve (http://HOST:PORT or\n"
+	       "                        unix:/path, or NBRUN_SERVER); the limits are the server's\n"
+	       "  --token-file FILE     bearer token (else NBRUN_TOKEN, NBRUN_TOKEN_FILE, then\n"
+	       "                        the token file of a server on this machine)\n"
+	       "  --retries N           with --server: send a notebook again, at most N times\n"
+	       "                        (default 2), when its server went away before answering\n"
+	       "                        (no reply, a reset, 502, 503); each retry is in the report\n"
 	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
 	       "tagged parameters, or first; -y, then -p, then -r win, as in papermill):\n"
 	       "  -p, --param NAME VALUE  typed as papermill types it: True, False, None, what\n"
@@ -174,6 +187,98 @@ static const char *batch_first_error_line(const json_t *result)
 	return json_string_value(json_object_get(result, "message"));
 }
 
+/* Whether an attempt may go again: the server went away or said so, not the notebook. */
+static bool batch_retryable(CURLcode cc, long status, const json_t *doc)
+{
+	if (batch_interrupted)
+		return false;
+	if (cc != CURLE_OK)
+		return cc != CURLE_ABORTED_BY_CALLBACK;
+	if (status == 502 || status == 503 || status == 504)
+		return true;
+	/* a stream cut before its last line: the node went away mid-run */
+	return status == 200 && !json_object_get(doc, "status") && !json_object_get(doc, "error");
+}
+
+/* Seconds to wait before attempt n (1, 2, 4 ... at most 30). */
+static void batch_backoff(unsigned int n)
+{
+	unsigned int s = n >= 5 ? 30 : 1u << (n - 1);
+
+	for (unsigned int i = 0; i < s * 10 && !batch_interrupted; i++)
+		usleep(100000);
+}
+
+/*
+ * One notebook sent to the server, again at most b->retries times when its
+ * node went away. The run is streamed, so that a connection lost also
+ * cancels it where it ran: no attempt but the last goes on to its end.
+ * The result document (outputs saved below dir), or NULL with err set.
+ */
+static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, const char *dir,
+				json_t *attempts, char *err, size_t errlen, int *lib_err)
+{
+	struct cli_remote a = b->remote;
+	struct remote *r = NULL;
+	json_t *doc = NULL;
+	char *body, *abs = NULL;
+	long status = 0;
+	int ret, out_fd;
+	CURLcode cc;
+
+	a.notebook = text;
+	a.notebook_len = len;
+	body = remote_body(&a, &ret);
+	if (!body) {
+		snprintf(err, errlen, "the notebook cannot be sent (not a JSON object, or an input unreadable)");
+		return NULL;
+	}
+	for (unsigned int n = 0;; n++) {
+		remote_close(r);
+		json_decref(doc);
+		doc = NULL;
+		if (remote_open(&r, a.server, a.token_file, &batch_interrupted)) {
+			snprintf(err, errlen, "cannot use the server %s", a.server);
+			break;
+		}
+		cc = remote_post_run_streamed(r, body, &doc, &status);
+		if (cc == CURLE_OK && status == 200 && json_object_get(doc, "status"))
+			break;
+		if (!batch_retryable(cc, status, doc) || n >= b->retries) {
+			const char *msg = json_string_value(json_object_get(doc, "error"));
+			if (cc != CURLE_OK)
+				snprintf(err, errlen, "%s: %s", batch_interrupted ? "interrupted" : "no reply from the server",
+					 remote_errmsg(r));
+			else
+				snprintf(err, errlen, "server: %s (HTTP %ld)", msg ? msg : "no result", status);
+			*lib_err = cc != CURLE_OK || status >= 500 ? NBRUN_EENGINE : 0;
+			json_decref(doc);
+			doc = NULL;
+			break;
+		}
+		json_array_append_new(attempts, json_pack("{s:I, s:s}", "attempt", (json_int_t)n + 1, "error",
+							  cc != CURLE_OK ? remote_errmsg(r)
+							  : status != 200 ? "the server answered 5xx"
+									  : "the stream ended before its result"));
+		batch_backoff(n + 1);
+	}
+	free(body);
+	if (doc) {
+		out_fd = remote_open_out(&abs, dir, NULL);
+		if (out_fd < 0 || remote_keep_outputs(r, doc, out_fd, abs) < 0) {
+			snprintf(err, errlen, "cannot save the outputs in %s: %s", dir,
+				 out_fd < 0 && errno == ENOTEMPTY ? "not empty" : "see above");
+			json_decref(doc);
+			doc = NULL;
+		}
+		if (out_fd >= 0)
+			close(out_fd);
+	}
+	free(abs);
+	remote_close(r);
+	return doc;
+}
+
 static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 {
 	struct nbrun_ctx *ctx = NULL;
@@ -182,7 +287,7 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 	char *text = NULL, *injected = NULL, *params = NULL, *dir = NULL, *doc = NULL;
 	char err[512] = "";
 	size_t len = 0;
-	json_t *result = NULL, *entry;
+	json_t *result = NULL, *entry, *attempts = b->remote.server ? json_array() : NULL;
 	int rc = 0;
 
 	*lib_err = 0;
@@ -201,6 +306,11 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 			goto done;
 		}
 	}
+	if (b->remote.server) {
+		result = batch_run_remote(b, injected ? injected : text, len, dir, attempts, err, sizeof(err),
+					  lib_err);
+		goto done;
+	}
 	rc = nbrun_run_notebook(&res, ctx, injected ? injected : text, len, &opts);
 	if (rc < 0) {
 		*lib_err = rc;
@@ -218,6 +328,9 @@ done:
 			  "duration_ms", (json_int_t)(clock_mono_ms() - job->start_ms), "first_error",
 			  result ? batch_first_error_line(result) : (err[0] ? err : "failed"), "result",
 			  result);
+	if (entry && json_array_size(attempts))
+		json_object_set(entry, "retries", attempts);
+	json_decref(attempts);
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);
 	free(text);
@@ -515,7 +628,7 @@ static int batch_check_names(const json_t *fixed, const json_t *grid)
 
 int cmd_batch(int argc, char **argv)
 {
-	enum { OPT_FAIL_FAST = CLI_OPT_FIRST_LOCAL, OPT_GRID };
+	enum { OPT_FAIL_FAST = CLI_OPT_FIRST_LOCAL, OPT_GRID, OPT_SERVER, OPT_TOKEN_FILE, OPT_RETRIES };
 	static const struct option longopts[] = {
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "param", required_argument, NULL, 'p' },
@@ -524,6 +637,9 @@ int cmd_batch(int argc, char **argv)
 		{ "params-base64", required_argument, NULL, 'b' },
 		{ "param-grid", required_argument, NULL, OPT_GRID },
 		{ "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
+		{ "server", required_argument, NULL, OPT_SERVER },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "retries", required_argument, NULL, OPT_RETRIES },
 		CLI_OUTPUT_LONGOPTS,
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -534,7 +650,9 @@ int cmd_batch(int argc, char **argv)
 	json_t *fixed = NULL, *grid = NULL, *report = NULL, *y, *v;
 	char jerr[200];
 	pthread_t *threads = NULL;
-	int64_t jobs = 0;
+	int64_t jobs = 0, retries = 2;
+	const char *server = getenv("NBRUN_SERVER"), *token_file = NULL, *local_only = NULL;
+	bool retries_set = false, timeout_set = false;
 	bool json = false, quiet = false;
 	char path[PATH_MAX], *default_dir = NULL;
 	struct sigaction sa;
@@ -615,6 +733,19 @@ int cmd_batch(int argc, char **argv)
 				}
 			break;
 		case OPT_FAIL_FAST: b.fail_fast = true; break;
+		case OPT_SERVER: server = optarg; break;
+		case OPT_TOKEN_FILE: token_file = optarg; break;
+		case OPT_RETRIES:
+			if ((cli_parse_count(&retries, optarg) < 0 && strcmp(optarg, "0")) ||
+			    retries > BATCH_RETRIES_MAX) {
+				cli_usage_error("batch", "--retries: '%s' is not a whole number from 0 to %d", optarg,
+						BATCH_RETRIES_MAX);
+				goto out;
+			}
+			if (!strcmp(optarg, "0"))
+				retries = 0;
+			retries_set = true;
+			break;
 		case CLI_OPT_JSON: json = true; break;
 		case 'q': quiet = true; break;
 		case 'h':
@@ -622,6 +753,9 @@ int cmd_batch(int argc, char **argv)
 			ret = CLI_EXIT_OK;
 			goto out;
 		default:
+			if (c != '?' && cli_server_sets(c) && !local_only)
+				local_only = cli_server_sets(c);
+			timeout_set |= c == CLI_OPT_TIMEOUT;
 			rc = c == '?' ? 1 : cli_run_option(&args, c, optarg, "batch");
 			if (rc == 1)
 				cli_bad_option("batch", argv);
@@ -635,6 +769,17 @@ int cmd_batch(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "batch"))
 		goto out;
+	if (server && !*server)
+		server = NULL;
+	if (server && local_only) {
+		ret = cli_usage_error("batch", "%s is the server's to set; it cannot be used with --server",
+				      local_only);
+		goto out;
+	}
+	if ((token_file || retries_set) && !server) {
+		ret = cli_usage_error("batch", "%s goes with --server", token_file ? "--token-file" : "--retries");
+		goto out;
+	}
 	fixed = params_final(&params);
 	if (!fixed || batch_check_names(fixed, grid) < 0)
 		goto out;
@@ -676,6 +821,18 @@ int cmd_batch(int argc, char **argv)
 	}
 	b.opts = args.opts;
 	b.opts.cancel = &batch_interrupted;
+	if (server) {
+		b.remote.server = server;
+		b.remote.token_file = token_file;
+		b.remote.files = args.files;
+		b.remote.file_count = args.nfiles;
+		b.remote.env = args.env;
+		b.remote.env_count = args.nenv;
+		b.remote.cancel = &batch_interrupted;
+		b.remote.timeout_ms = timeout_set ? args.opts.timeout_ms : 0;
+		b.retries = (unsigned int)retries;
+		curl_global_init(CURL_GLOBAL_DEFAULT);
+	}
 	b.tty = !quiet && isatty(STDERR_FILENO);
 
 	memset(&sa, 0, sizeof(sa));
@@ -747,5 +904,7 @@ out:
 	cli_run_args_free(&args);
 	pthread_mutex_destroy(&b.lock);
 	pthread_cond_destroy(&b.changed);
+	if (b.remote.server)
+		curl_global_cleanup();
 	return ret;
 }

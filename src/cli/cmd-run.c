@@ -102,24 +102,6 @@ static bool ends_with(const char *s, const char *suffix)
 	return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* Limits that are the server's to set: refused with --server rather than silently ignored. */
-static const char *run_local_only(int opt)
-{
-	switch (opt) {
-	case CLI_OPT_CELL_TIMEOUT: return "--cell-timeout";
-	case CLI_OPT_MEMORY: return "--memory";
-	case CLI_OPT_CPUS: return "--cpus";
-	case CLI_OPT_PIDS: return "--pids";
-	case CLI_OPT_DISK: return "--disk";
-	case CLI_OPT_NETWORK: return "--network";
-	case CLI_OPT_IMAGE: return "--image";
-	case CLI_OPT_RUNTIME: return "--runtime";
-	case CLI_OPT_MAX_OUTPUT: return "--max-output";
-	case CLI_OPT_ALLOW_ERRORS: return "--allow-errors";
-	}
-	return NULL;
-}
-
 static int run_remote(struct cli_run_args *args, const char *server, const char *token_file,
 		      const char *code, const char *input, const char *text, size_t text_len,
 		      bool json, bool timeout_set)
@@ -223,8 +205,8 @@ int cmd_run(int argc, char **argv)
 				ret = CLI_EXIT_USAGE;
 				goto out;
 			}
-			if (run_local_only(c))
-				local_only = run_local_only(c);
+			if (cli_server_sets(c))
+				local_only = cli_server_sets(c);
 			timeout_set |= c == CLI_OPT_TIMEOUT;
 		}
 	}

@@ -186,6 +186,23 @@ void cli_run_args_free(struct cli_run_args *a)
 	free(a->env);
 }
 
+const char *cli_server_sets(int opt)
+{
+	switch (opt) {
+	case CLI_OPT_CELL_TIMEOUT: return "--cell-timeout";
+	case CLI_OPT_MEMORY: return "--memory";
+	case CLI_OPT_CPUS: return "--cpus";
+	case CLI_OPT_PIDS: return "--pids";
+	case CLI_OPT_DISK: return "--disk";
+	case CLI_OPT_NETWORK: return "--network";
+	case CLI_OPT_IMAGE: return "--image";
+	case CLI_OPT_RUNTIME: return "--runtime";
+	case CLI_OPT_MAX_OUTPUT: return "--max-output";
+	case CLI_OPT_ALLOW_ERRORS: return "--allow-errors";
+	}
+	return NULL;
+}
+
 int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char *cmd)
 {
 	struct nbrun_run_options *o = &a->opts;

@@ -549,17 +549,93 @@ int remote_exit_for_reply(long status, const json_t *err)
 	return CLI_EXIT_FAILED;
 }
 
+/* The last line of a stream that is no event: the result, or an error reply. */
+static void remote_last_line(const char *line, size_t len, void *payload)
+{
+	json_t **last = payload, *v = json_loadb(line, len, 0, NULL);
+
+	if (json_is_object(v) && json_object_get(v, "event")) {
+		json_decref(v);
+		return;
+	}
+	json_decref(*last);
+	*last = v;
+}
+
+CURLcode remote_post_run_streamed(struct remote *r, const char *body, json_t **doc, long *status)
+{
+	struct buf tail = BUF_INIT(REMOTE_REPLY_MAX);
+	struct remote_sink sink = { .mem = &tail, .fd = -1, .max = UINT64_MAX,
+				    .on_line = remote_last_line, .payload = doc };
+	CURLcode cc;
+
+	*doc = NULL;
+	cc = remote_call(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, status);
+	if (tail.len)
+		remote_last_line(tail.data, tail.len, doc); /* an error reply has no final newline */
+	buf_free(&tail);
+	return cc;
+}
+
+int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *out_dir)
+{
+	const char *run_id = json_string_value(json_object_get(doc, "run_id"));
+	char *nb_path = NULL, *path = NULL;
+	long status = 0;
+	json_t *e;
+	size_t i;
+	int rc = -1;
+
+	json_array_foreach(json_object_get(doc, "images"), i, e)
+		if (remote_save(r, out_fd, e) < 0)
+			goto out;
+	json_array_foreach(json_object_get(doc, "files"), i, e)
+		if (remote_save(r, out_fd, e) < 0)
+			goto out;
+	/* The executed notebook, when the run kept one. */
+	if (!json_is_null(json_object_get(doc, "notebook"))) {
+		struct remote_sink nb = { .fd = -1, .max = 1ull << 30 };
+		struct fd_atomic nbf;
+		int fd = fd_atomic_open(&nbf, out_fd, "notebook.ipynb", 0644);
+		nb.fd = fd;
+		if (fd < 0 || asprintf(&path, "/v1/runs/%s/notebook", run_id) < 0 ||
+		    remote_request(r, path, NULL, &nb, 300000, &status) != CURLE_OK || status != 200 ||
+		    asprintf(&nb_path, "%s/notebook.ipynb", out_dir) < 0) {
+			cli_error("cannot fetch the executed notebook: %s", status ? "not found" : r->errbuf);
+			nb_path = NULL;
+			if (fd >= 0)
+				fd_atomic_abort(&nbf);
+			goto out;
+		}
+		fd = fd_atomic_commit(&nbf);
+		if (fd < 0) {
+			cli_error("cannot write %s: %s", nb_path, strerror(-fd));
+			goto out;
+		}
+	}
+	json_object_set_new(doc, "out_dir", json_string(out_dir));
+	json_object_set_new(doc, "notebook", nb_path ? json_string(nb_path) : json_null());
+	if (remote_write_result(out_fd, doc) < 0) {
+		cli_error("cannot write %s/result.json: %s", out_dir, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	free(nb_path);
+	free(path);
+	return rc;
+}
+
 int cli_remote_run(const struct cli_remote *a)
 {
 	struct remote *r = NULL;
 	struct buf reply = BUF_INIT(REMOTE_REPLY_MAX);
 	struct remote_sink sink = { .mem = &reply, .fd = -1, .max = REMOTE_REPLY_MAX };
-	char *body = NULL, *out_dir = NULL, *nb_path = NULL, *path = NULL;
+	char *body = NULL, *out_dir = NULL;
 	const char *run_id, *status_name;
-	json_t *doc = NULL, *e;
+	json_t *doc = NULL;
 	enum nbrun_status st;
 	long status;
-	size_t i;
 	int ret = CLI_EXIT_FAILED, out_fd = -1;
 	CURLcode cc;
 
@@ -611,39 +687,8 @@ int cli_remote_run(const struct cli_remote *a)
 			  errno == ENOTEMPTY ? "not empty" : strerror(errno));
 		goto out;
 	}
-	json_array_foreach(json_object_get(doc, "images"), i, e)
-		if (remote_save(r, out_fd, e) < 0)
-			goto out;
-	json_array_foreach(json_object_get(doc, "files"), i, e)
-		if (remote_save(r, out_fd, e) < 0)
-			goto out;
-	/* The executed notebook, when the run kept one. */
-	if (!json_is_null(json_object_get(doc, "notebook"))) {
-		struct remote_sink nb = { .fd = -1, .max = 1ull << 30 };
-		struct fd_atomic nbf;
-		int fd = fd_atomic_open(&nbf, out_fd, "notebook.ipynb", 0644);
-		nb.fd = fd;
-		if (fd < 0 || asprintf(&path, "/v1/runs/%s/notebook", run_id) < 0 ||
-		    remote_request(r, path, NULL, &nb, 300000, &status) != CURLE_OK || status != 200 ||
-		    asprintf(&nb_path, "%s/notebook.ipynb", out_dir) < 0) {
-			cli_error("cannot fetch the executed notebook: %s", status ? "not found" : r->errbuf);
-			nb_path = NULL;
-			if (fd >= 0)
-				fd_atomic_abort(&nbf);
-			goto out;
-		}
-		fd = fd_atomic_commit(&nbf);
-		if (fd < 0) {
-			cli_error("cannot write %s: %s", nb_path, strerror(-fd));
-			goto out;
-		}
-	}
-	json_object_set_new(doc, "out_dir", json_string(out_dir));
-	json_object_set_new(doc, "notebook", nb_path ? json_string(nb_path) : json_null());
-	if (remote_write_result(out_fd, doc) < 0) {
-		cli_error("cannot write %s/result.json: %s", out_dir, strerror(errno));
+	if (remote_keep_outputs(r, doc, out_fd, out_dir) < 0)
 		goto out;
-	}
 	if (a->json) {
 		char *text = json_dumps(doc, JSON_INDENT(2));
 		if (!text || printf("%s\n", text) < 0 || fflush(stdout) != 0) {
@@ -667,8 +712,6 @@ out:
 	buf_free(&reply);
 	free(body);
 	free(out_dir);
-	free(nb_path);
-	free(path);
 	remote_close(r);
 	curl_global_cleanup();
 	return ret;

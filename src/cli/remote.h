@@ -56,4 +56,16 @@ int remote_save(struct remote *r, int out_fd, json_t *e);
 /* result.json below out_fd: temp file and rename. */
 int remote_write_result(int out_fd, const json_t *doc);
 
+/*
+ * POST /v1/runs as an NDJSON stream, whose client going away cancels the run
+ * on the server: a retry never leaves a first attempt running on. *doc: the
+ * result document, or the error reply, or NULL; the CURLcode returned.
+ */
+CURLcode remote_post_run_streamed(struct remote *r, const char *body, json_t **doc, long *status);
+
+/* A run's images, files and executed notebook saved below out_fd (out_dir its
+ * path), doc made a local run's document and written as result.json: 0 or -1
+ * (message printed). */
+int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *out_dir);
+
 #endif

@@ -473,6 +473,14 @@ static struct MHD_Response *stream_start(struct serve_stream *st, struct MHD_Con
 		st->wfd = -1;
 		st->finished = 1;
 	}
+	/*
+	 * The connection timeout is for idle clients; a stream is quiet while a
+	 * sandbox starts or a cell computes, and the server, not the client, is
+	 * the one silent then. Its connection lives as long as its work may: a
+	 * client that stops reading is dropped once that is over.
+	 */
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+				  (unsigned int)(2 * (st->s->opts.timeout_ms / 1000) + 120));
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
 	*status = 200;
 	return r;

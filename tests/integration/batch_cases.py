@@ -313,6 +313,105 @@ def case_papermill_parity():
         check(ex["nbformat_minor"] == 5 and "papermill" in ex["metadata"], "%s: papermill metadata" % name)
 
 
+def case_server():
+    """batch --server: the same report as a local batch, the outputs saved here."""
+    from serve_cases import Server
+    tmp = tempfile.mkdtemp(prefix="nbrun-batch-server-")
+    nbs = [notebook(os.path.join(tmp, "params.ipynb"), "x = 1", "print(x * 2)", tags=[["parameters"], None]),
+           notebook(os.path.join(tmp, "raises.ipynb"), "print('before')", "1/0"),
+           notebook(os.path.join(tmp, "chart.ipynb"),
+                    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+                    "open('/mnt/data/out.csv', 'w').write('a\\n1\\n')")]
+    rc_l, local, err_l = batch(["-o", os.path.join(tmp, "local"), "-p", "x", "21", "-j", "2",
+                                "--timeout", "600s"] + nbs)
+    check(rc_l == 1 and local, "local batch: %d %s" % (rc_l, err_l))
+    s = Server(extra=["--timeout", "10m"])
+    try:
+        os.environ["NBRUN_TOKEN"] = s.token
+        rc, remote, err = batch(["--server", s.url, "-o", os.path.join(tmp, "remote"), "-p", "x", "21",
+                                 "-j", "2"] + nbs)
+        check(rc == rc_l and remote, "batch --server: exit %d (local %d): %s\n%s" % (rc, rc_l, err, s.stderr()[-1500:]))
+        validate_report(remote)
+        by = {e["name"]: e for e in local["notebooks"]}
+        for e in remote["notebooks"]:
+            l = by[e["name"]]
+            check(e["status"] == l["status"] and e["params"] == l["params"] and
+                  e["first_error"] == l["first_error"], "%s: %r vs %r" % (e["name"], e, l))
+            r, lr = e["result"], l["result"]
+            check(r["stdout"] == lr["stdout"] and len(r["images"]) == len(lr["images"]) and
+                  [f["path"] for f in r["files"]] == [f["path"] for f in lr["files"]],
+                  "%s: results differ:\n%r\n%r" % (e["name"], r, lr))
+            check(r["out_dir"] == os.path.join(tmp, "remote", e["name"]) and "retries" not in e, e)
+            for name in ["result.json", "notebook.ipynb"] + [i["path"] for i in r["images"]] + \
+                    [f["path"] for f in r["files"]]:
+                check(os.path.isfile(os.path.join(r["out_dir"], name)), "%s: no %s" % (e["name"], name))
+        check(remote["notebooks"][0]["result"]["stdout"] == "42\n", remote["notebooks"][0])
+        # The limits are the server's; --retries and --token-file go with --server.
+        for args, what in ((["--server", s.url, "--memory", "1g"], "--memory"),
+                           (["--retries", "1"], "--retries"), (["--server", s.url, "--retries", "x"], "--retries")):
+            rc, _, err = batch(args + ["-o", os.path.join(tmp, "u"), nbs[0]])
+            check(rc == 2 and what in err, "%r: %d %s" % (args, rc, err))
+    finally:
+        os.environ.pop("NBRUN_TOKEN", None)
+        s.stop()
+    return "3 notebooks through a server: statuses, params, errors, stdout, images and files as a local batch's"
+
+
+def case_server_retry():
+    """The server killed under a notebook: the batch sends it again once a server answers."""
+    tmp = tempfile.mkdtemp(prefix="nbrun-batch-retry-")
+    sock, state = os.path.join(tmp, "s.sock"), os.path.join(tmp, "state")
+    log = open(os.path.join(tmp, "serve.log"), "w+")
+    token = "batch-retry-" + os.urandom(16).hex()
+    with open(os.path.join(tmp, "token"), "w") as f:
+        f.write(token + "\n")
+
+    def serve():
+        before = os.path.getsize(log.name)
+        p = subprocess.Popen([NBRUN, "serve", "--state-dir", state, "--socket", sock, "--pool", "0",
+                              "--token-file", os.path.join(tmp, "token"), "--timeout", "10m"],
+                             stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while "nbrun: serve: state in" not in open(log.name).read()[before:]:
+            check(p.poll() is None and time.time() < deadline, "serve did not start")
+            time.sleep(0.05)
+        return p
+
+    first = serve()
+    second = None
+    try:
+        nb = notebook(os.path.join(tmp, "slow.ipynb"), "import time\ntime.sleep(4)\nprint('done')")
+        b = subprocess.Popen([NBRUN, "batch", "--json", "--server", "unix:" + sock, "--retries", "3",
+                              "-o", os.path.join(tmp, "out"), nb], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, NBRUN_TOKEN=token))
+        time.sleep(2.5)  # the cell sleeps 4 s: the run is not over yet
+        first.kill()
+        first.wait()
+        second = serve()
+        out, err = b.communicate(timeout=300)
+        check(b.returncode == 0, "batch: exit %d: %s\n%s" % (b.returncode, err, out[-3000:]))
+        report = json.loads(out)
+        validate_report(report)
+        e = report["notebooks"][0]
+        check(e["status"] == "ok" and e["result"]["stdout"] == "done\n", e)
+        check(len(e.get("retries", [])) >= 1 and all(r["error"] for r in e["retries"]),
+              "no retry recorded: %r" % e)
+        # The restarted server reclaims what the killed one left.
+        deadline = time.time() + 60
+        while leftovers(label="nbrun.pid=%d" % first.pid) and time.time() < deadline:
+            time.sleep(0.5)
+        check(not leftovers(label="nbrun.pid=%d" % first.pid),
+              "left by the killed server: %r" % leftovers(label="nbrun.pid=%d" % first.pid))
+    finally:
+        for p in (first, second):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+    return "server SIGKILLed mid-notebook: %d retr%s recorded, the notebook ran to ok on the restarted server, nothing left behind" % (
+        len(e["retries"]), "y" if len(e["retries"]) == 1 else "ies")
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):
