@@ -236,7 +236,9 @@ def ended_failed(status, doc):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nbrun", default=os.path.join(ROOT, "build-loadrel", "src", "cli", "nbrun"))
+    ap.add_argument("--nbrun", default=os.environ.get("NBRUN") or
+                    os.path.join(ROOT, "build-bench", "src", "cli", "nbrun"),
+                    help="the binary under test (default $NBRUN, else build-bench's, bench/run's release build)")
     ap.add_argument("--image", default="jupyter-runtime:0.1.0")
     ap.add_argument("--dir", default="/var/tmp/nbrun-fault-engine",
                     help="the private engine's home (its data root is kept here between runs)")

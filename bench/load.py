@@ -8,7 +8,7 @@ Usage:
 
 One server per section (`nbrun serve --socket` in a private state directory;
 traffic only on that unix socket), started from the binary given (default
-build-loadrel, a release build: `scripts/build build-loadrel --buildtype=release`).
+$NBRUN, else build-bench/, the release build bench/run configures).
 
   runs   N `POST /v1/runs` of small code (each checked: status ok, the sum it
          prints) from C client threads, each on its own kept-alive connection.
@@ -602,7 +602,9 @@ def table(results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nbrun", default=os.path.join(ROOT, "build-loadrel", "src", "cli", "nbrun"))
+    ap.add_argument("--nbrun", default=os.environ.get("NBRUN") or
+                    os.path.join(ROOT, "build-bench", "src", "cli", "nbrun"),
+                    help="the binary under test (default $NBRUN, else build-bench's, bench/run's release build)")
     ap.add_argument("--only", default="runs,churn", help="sections: runs, churn")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
@@ -627,7 +629,7 @@ def main():
         ap.print_usage(sys.stderr)
         sys.exit(2)
     if not os.access(args.nbrun, os.X_OK):
-        sys.exit("load: no nbrun at %s (scripts/build build-loadrel --buildtype=release)" % args.nbrun)
+        sys.exit("load: no nbrun at %s (bench/run builds build-bench; or give --nbrun)" % args.nbrun)
     results = []
     if "runs" in only:
         results.append(section_runs(args))
