@@ -17,7 +17,8 @@
 #include "nbrun-private.h"
 
 #define POOL_MAX_SIZE 64
-/* A sandbox whose kernel is not ready by then is given up. */
+/* A sandbox whose kernel is not ready by then (or by the runs' timeout, when
+ * longer: a gVisor sandbox starts several times slower) is given up. */
 #define POOL_READY_TIMEOUT_MS 60000
 /* Back-off after a failed start, doubling up to the maximum. */
 #define POOL_BACKOFF_MIN_MS 500
@@ -59,7 +60,9 @@ static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *
 	if (rc == 0)
 		rc = sb->ops->start(sb);
 	if (rc == 0)
-		rc = nbrun__sandbox_wait_ready(sb, clock_mono_ms() + POOL_READY_TIMEOUT_MS);
+		rc = nbrun__sandbox_wait_ready(sb, clock_mono_ms() + (p->run.timeout_ms > POOL_READY_TIMEOUT_MS
+									       ? p->run.timeout_ms
+									       : POOL_READY_TIMEOUT_MS));
 	if (rc < 0) {
 		nbrun__sandbox_free(sb);
 		return NULL;

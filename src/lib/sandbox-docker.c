@@ -25,6 +25,7 @@ struct dsb {
 	char container[64];     /* name, set once created */
 	char vol_data[64];
 	bool have_container, have_vol_data;
+	char *runtime;          /* the OCI runtime asked for at create, checked at start */
 };
 
 /* The backend of sb, its engine handle speaking for the thread using sb now. */
@@ -164,9 +165,12 @@ static int dsb_create_volume(struct nbrun__sandbox *sb, const char *name, uint64
  * ptrace between the container's own processes). Namespace creation is
  * refused in unshare, setns and clone; clone3 answers ENOSYS so that libc
  * falls back to clone, where the flags can be inspected. mknod stays: without
- * CAP_MKNOD it makes only FIFOs, which export skips.
+ * CAP_MKNOD it makes only FIFOs, which export skips. Under gVisor (runsc
+ * --oci-seccomp) the profile is applied by gVisor's own kernel, which answers
+ * EPERM for an errno rule whatever its errnoRet: the clone3 rule is left out
+ * there, or no thread could start (namespaces are gVisor's own there).
  */
-static char *dsb_seccomp_option(void)
+static char *dsb_seccomp_option(bool gvisor)
 {
 	static const char *const denied[] = {
 		"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
@@ -188,9 +192,10 @@ static char *dsb_seccomp_option(void)
 
 	for (size_t i = 0; names && i < sizeof(denied) / sizeof(denied[0]); i++)
 		json_array_append_new(names, json_string(denied[i]));
-	rules = json_pack("[{s:o, s:s, s:i}, {s:[s], s:s, s:i}]", "names", names, "action",
-			  "SCMP_ACT_ERRNO", "errnoRet", 1, "names", "clone3", "action",
-			  "SCMP_ACT_ERRNO", "errnoRet", 38);
+	rules = json_pack("[{s:o, s:s, s:i}]", "names", names, "action", "SCMP_ACT_ERRNO", "errnoRet", 1);
+	if (rules && !gvisor)
+		json_array_append_new(rules, json_pack("{s:[s], s:s, s:i}", "names", "clone3", "action",
+						       "SCMP_ACT_ERRNO", "errnoRet", 38));
 	for (size_t i = 0; rules && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
 		json_array_append_new(rules, json_pack("{s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}",
 						       "names", "clone", "action", "SCMP_ACT_ERRNO",
@@ -217,7 +222,7 @@ static char *dsb_seccomp_option(void)
 static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *o)
 {
 	struct dsb *b = sb->backend;
-	char *seccomp = dsb_seccomp_option();
+	char *seccomp = dsb_seccomp_option(o->runtime && !strcmp(o->runtime, "runsc"));
 	json_t *env, *spec;
 
 	if (!seccomp)

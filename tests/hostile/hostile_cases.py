@@ -70,6 +70,11 @@ KEEP = []                    # temp dirs removed when the case holds
 WARM = None                  # the Warm harness under --warm (see the warm path below)
 WARM_GONE_S = 10.0           # a used pool sandbox is removed in the background: allow this
 RUNTIME = os.environ.get("NBRUN_RUNTIME") or None   # every run under this OCI runtime
+# gVisor's ptrace platform starts a sandbox several times slower than runc, far
+# more on a loaded machine: under a runtime a run without a --timeout of its own
+# gets RUNTIME_TIMEOUT, and the harness waits RUNTIME_SCALE times longer for nbrun.
+RUNTIME_TIMEOUT = "300s"
+RUNTIME_SCALE = 4 if RUNTIME else 1
 
 
 def fail(msg):
@@ -126,7 +131,7 @@ def start(args, env=None, out=None, json_out=True):
     se = tempfile.TemporaryFile()
     server, ready = None, None
     if RUNTIME:
-        args = ["--runtime", RUNTIME] + args
+        args = ["--runtime", RUNTIME] + ([] if "--timeout" in args else ["--timeout", RUNTIME_TIMEOUT]) + args
     if WARM:
         server, args = WARM.server_for(args, env)
         ready = server.ready_sandbox()
@@ -150,6 +155,7 @@ def gone_within(cold_s):
 
 def finish_proc(p, out, so, se, timeout):
     """Wait for the process with wait4 (to get its own max RSS), killing it past timeout."""
+    timeout *= RUNTIME_SCALE
     timer = threading.Timer(timeout, lambda: p.kill())
     timer.start()
     try:
