@@ -141,7 +141,8 @@ class Server:
         self._sampler.start()
 
     def stderr(self):
-        self.logf.flush()
+        if not self.logf.closed:
+            self.logf.flush()
         with open(self.logf.name, errors="replace") as f:
             return f.read()
 
