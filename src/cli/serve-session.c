@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +32,13 @@
 #include "serve.h"
 
 #define SESSION_REAP_MS 1000
+/*
+ * A stream holds back its next bytes while more than this waits unsent in
+ * the client's socket: libmicrohttpd, stuck on a socket that never drains,
+ * would wait for ever (its timeout does not cover that), and a run would
+ * go on behind it.
+ */
+#define STREAM_UNSENT_MAX (256 * 1024)
 /* The largest file a GET of a session file sends (the sandbox disk bounds it anyway). */
 #define SESSION_GET_MAX (1ULL << 30)
 
@@ -344,6 +353,7 @@ struct serve_stream {
 	bool have_thread;
 	volatile sig_atomic_t cancel;    /* a run's cancel flag */
 	volatile sig_atomic_t finished;  /* the worker wrote its last line */
+	uint64_t stalled_ms;             /* since when the client has read nothing; 0: it reads */
 	void (*work)(struct serve_stream *st);
 	void (*abort)(struct serve_stream *st);
 	void (*release)(struct serve_stream *st);
@@ -402,11 +412,26 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	(void)pos;
 	for (;;) {
 		struct pollfd p[2] = { { st->rfd, POLLIN, 0 }, { st->client_fd, POLLRDHUP, 0 } };
-		int n = poll(p, st->client_fd >= 0 ? 2 : 1, 500);
+		int n, unsent = 0;
 		ssize_t got;
 
 		if (*st->s->stopping)
 			st->cancel = 1;
+		/* A client that reads nothing for the connection timeout is given up. */
+		if (st->client_fd >= 0 && ioctl(st->client_fd, SIOCOUTQ, &unsent) == 0 &&
+		    unsent > STREAM_UNSENT_MAX) {
+			uint64_t now = clock_mono_ms();
+			if (!st->stalled_ms)
+				st->stalled_ms = now;
+			else if (now - st->stalled_ms >= (uint64_t)st->s->conn_timeout_s * 1000)
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			n = poll(p + 1, 1, 200);
+			if (n > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			continue;
+		}
+		st->stalled_ms = 0;
+		n = poll(p, st->client_fd >= 0 ? 2 : 1, 500);
 		if (n < 0 && errno != EINTR)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (n > 0 && st->client_fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
