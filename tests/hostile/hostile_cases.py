@@ -1518,8 +1518,11 @@ print("OPENED %r" % (opened,))
 print("READABLE %r" % (readable,))
 print("SIGNALLED %r" % ([p for p in signalled if others.get(p) != "1000"],))
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+# gVisor's /proc/self/status has no NoNewPrivs line: the kernel says it (PR_GET_NO_NEW_PRIVS).
+import ctypes
+nnp = status["NoNewPrivs"].strip() if "NoNewPrivs" in status else str(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))
 print("SELF %r %s %s %s %s" % (status["Uid"].split(), status["CapEff"].strip(), status["CapBnd"].strip(),
-      status["CapPrm"].strip(), status["NoNewPrivs"].strip()))
+      status["CapPrm"].strip(), nnp))
 print("ROOTS %r" % (sorted(set(others.values())),))
 import sys
 sys.stdout.flush()
