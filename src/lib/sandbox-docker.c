@@ -19,6 +19,8 @@
 #define DSB_GID 1000
 #define DSB_TMPFS_SIZE "256m"
 #define DSB_CLEANUP_TIMEOUT_MS 20000L
+/* How long removals the engine could not take are tried again (an engine restarting). */
+#define DSB_CLEANUP_RETRY_MS 15000
 
 struct dsb {
 	struct nbrun__docker *docker;
@@ -578,16 +580,15 @@ static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out
 
 /*
  * A removal the engine could not take (unreachable, 5xx, 409 while the
- * container is still being killed) is tried again for a while: an engine
+ * container is still being killed) is tried again until deadline: an engine
  * restarting under a run comes back within seconds, and a removal given up
  * at once would leave the volume behind until this process has exited and
  * a later gc sees it.
  */
 static void dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
-		       bool *have)
+		       bool *have, uint64_t deadline)
 {
 	char path[160];
-	uint64_t deadline = clock_mono_ms() + DSB_CLEANUP_TIMEOUT_MS;
 	long pause_ms = 250;
 	struct timespec ts;
 	int status;
@@ -613,6 +614,8 @@ static void dsb_delete(struct dsb *b, const char *kind, const char *name, const 
 static void dsb_destroy(struct nbrun__sandbox *sb)
 {
 	struct dsb *b = dsb_of(sb);
+	/* One budget for both removals: an engine that stays away costs 15 s, not 40. */
+	uint64_t deadline = clock_mono_ms() + DSB_CLEANUP_RETRY_MS;
 
 	/* Removal runs even after a cancel: lift the flag for these requests.
 	 * Closing the channel first ends the agent (its stdin closes). */
@@ -621,8 +624,8 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 		sb->conn->close(sb->conn);
 		sb->conn = NULL;
 	}
-	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container);
-	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data);
+	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline);
+	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data, deadline);
 }
 
 const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
