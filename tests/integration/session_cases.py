@@ -15,7 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_cases import NBRUN, check, fail  # noqa: E402
+from run_cases import NBRUN, check, fail, validate  # noqa: E402
 from serve_cases import Server  # noqa: E402
 
 
@@ -61,6 +61,8 @@ def execute(srv, sid, code, token=True, timeout=None):
 def ok(srv, sid, code):
     st, doc = execute(srv, sid, code)
     check(st == 200 and doc.get("status") == "ok", "execute %r: %d %r" % (code, st, doc))
+    validate(doc)
+    check(doc["session"]["id"] == sid, "session: %r" % doc.get("session"))
     return doc
 
 
