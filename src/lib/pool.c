@@ -33,6 +33,9 @@ struct nbrun_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;          /* filler: room or stop; reaper: work or stop */
 	bool stop;
+	/* raised with stop: a sandbox being made gives up at once (a gVisor
+	 * one may otherwise take its whole ready wait) */
+	volatile sig_atomic_t cancel;
 	unsigned int size;
 	struct nbrun_run_options run; /* the sandboxes' limits (strings copied below) */
 	char *image, *network, *preload, *runtime;
@@ -55,8 +58,10 @@ static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *
 	int rc;
 
 	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
-	if (rc == 0)
+	if (rc == 0) {
+		nbrun__sandbox_bind(sb, ctx, &p->cancel);
 		rc = sb->ops->create(sb, &p->spec);
+	}
 	if (rc == 0)
 		rc = sb->ops->start(sb);
 	if (rc == 0)
@@ -344,6 +349,7 @@ NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
 		return;
 	pthread_mutex_lock(&p->mu);
 	p->stop = true;
+	p->cancel = 1;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->mu);
 	if (p->have_filler)
