@@ -27,6 +27,13 @@
 #define SUMMARY_DESC_ITEMS 4
 #define SUMMARY_DESC_COLUMNS 20
 
+/*
+ * The tool table: the one source of what the tools are called, what they
+ * say to a model and what arguments they take. tools/list serves it, and
+ * `nbrun mcp --print-tools=FORMAT` prints the same as OpenAI and Anthropic
+ * tool definitions (schemas/tools.*.json, checked against it by a test).
+ */
+
 #define RUN_PYTHON_DESC                                                                         \
 	"Run Python 3 code in a fresh, locked-down Jupyter sandbox and get back everything it "  \
 	"produced: printed output, the value of the last expression, the error with its "        \

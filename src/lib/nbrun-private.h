@@ -55,7 +55,9 @@ struct nbrun_result {
 
 int nbrun__result_new(struct nbrun_result **out, const char *run_id);
 void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message);
-/* Record something that was not exported or was cut: {"path","reason"}. */
+/* Record something that was not exported or was cut: {"path","reason"}
+ * (a path that is not UTF-8 is named so). 0, NBRUN_ENOMEM, or NBRUN_EINVAL
+ * when reason is not UTF-8 or the document has no "skipped" list. */
 int nbrun__result_skip(struct nbrun_result *r, const char *path, const char *reason);
 /* Set truncated:true. */
 void nbrun__result_flag_truncated(struct nbrun_result *r);
