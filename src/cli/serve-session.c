@@ -352,7 +352,7 @@ struct serve_stream {
 	pthread_t th;
 	bool have_thread;
 	volatile sig_atomic_t cancel;    /* a run's cancel flag */
-	volatile sig_atomic_t finished;  /* the worker wrote its last line */
+	volatile sig_atomic_t finished;  /* the work is over (its last line follows) */
 	uint64_t stalled_ms;             /* since when the client has read nothing; 0: it reads */
 	void (*work)(struct serve_stream *st);
 	void (*abort)(struct serve_stream *st);
@@ -362,6 +362,7 @@ struct serve_stream {
 	struct serve_session *ss;
 	char *code;
 	uint64_t timeout_ms;
+	bool unclaimed;   /* the session's claim given back by the work */
 };
 
 /* One line into the pipe; a reader that went away is not an error of the run. */
@@ -821,6 +822,15 @@ static void stream_exec_work(struct serve_stream *st)
 	unsigned int http = 500;
 	json_t *doc = sess_execute(st->s, st->ss, st->code, st->timeout_ms, stream_event, st, &http);
 
+	/*
+	 * The session is free before the client reads the last line, as after
+	 * an execute that is not streamed: its next request must not find it
+	 * busy while the stream's connection is still being closed. Finished
+	 * first, so that a client leaving now interrupts nothing of the next.
+	 */
+	st->finished = 1;
+	st->unclaimed = true;
+	sess_unclaim(st->s, st->ss);
 	stream_last(st, doc);
 }
 
@@ -832,7 +842,8 @@ static void stream_exec_abort(struct serve_stream *st)
 
 static void stream_exec_release(struct serve_stream *st)
 {
-	sess_unclaim(st->s, st->ss);
+	if (!st->unclaimed)
+		sess_unclaim(st->s, st->ss);
 	sess_put(st->s, st->ss);
 	free(st->code);
 }

@@ -287,7 +287,37 @@ def case_stream():
         outs = [(t, e) for t, e in lines if e.get("event") == "output"]
         check(lines[-1][1].get("stdout") == "0\n1\n2\n" and lines[-1][0] - outs[0][0] >= 1.5,
               "session stream: %r" % lines)
-        return "first output %.2f s before the result line; session execute streams the same" % gap
+        # Once the result line is read, the session is free: a client that
+        # goes on on the same connection never finds it busy.
+        import http.client
+        import socket
+
+        class Unix(http.client.HTTPConnection):
+            def connect(self):
+                self.sock = socket.socket(socket.AF_UNIX)
+                self.sock.connect(srv.sock)
+        auth = {"Authorization": "Bearer " + srv.token, "Content-Type": "application/json"}
+        for i in range(10):
+            # the stream on one connection, the next execute on another, as
+            # two clients of one agent would
+            a, b = Unix("localhost", timeout=300), Unix("localhost", timeout=300)
+            a.request("POST", "/v1/sessions/%s/execute" % sid, body=json.dumps({"code": "print(%d)" % i}),
+                      headers=dict(auth, Accept="application/x-ndjson"))
+            r = a.getresponse()
+            while True:  # up to the result line, not to the end of the body
+                line = r.readline()
+                check(line, "stream %d ended without its result" % i)
+                last = json.loads(line)
+                if "event" not in last:
+                    break
+            check(r.status == 200 and last.get("stdout") == "%d\n" % i, "streamed %d: %r" % (i, last))
+            b.request("POST", "/v1/sessions/%s/execute" % sid, body=json.dumps({"code": "%d" % i}), headers=auth)
+            r = b.getresponse()
+            doc = json.loads(r.read())
+            check(r.status == 200 and doc.get("status") == "ok", "the execute after stream %d: %d %r" % (i, r.status, doc))
+            a.close()
+            b.close()
+        return "first output %.2f s before the result line; session execute streams the same; the session free once its stream ended" % gap
     finally:
         srv.stop()
 
