@@ -88,7 +88,7 @@ static void batch_help(void)
 	       "                        the token file of a server on this machine)\n"
 	       "  --retries N           with --server: send a notebook again, at most N times\n"
 	       "                        (default 2), when its server went away before answering\n"
-	       "                        (no reply, a reset, 502, 503); each retry is in the report\n"
+	       "                        (no reply, a reset, 502-504); each retry is in the report\n"
 	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
 	       "tagged parameters, or first; -y, then -p, then -r win, as in papermill):\n"
 	       "  -p, --param NAME VALUE  typed as papermill types it: True, False, None, what\n"

@@ -174,10 +174,8 @@ static int r_string(struct buf *b, const char *s, size_t len)
  * (names R does not know). */
 static int r_literal(struct buf *b, const json_t *v, int depth)
 {
-	const char *key;
-	json_t *item;
-	size_t i;
-	int rc = 0;
+	static const struct jsonx_syntax r_syntax = { "list(", ")", "list(", ")", ", ", " = " };
+	int rc;
 
 	if (depth > 32)
 		return -EINVAL;
@@ -193,28 +191,8 @@ static int r_literal(struct buf *b, const json_t *v, int depth)
 	case JSON_REAL: return lang_real(b, json_real_value(v));
 	case JSON_STRING: return r_string(b, json_string_value(v), json_string_length(v));
 	case JSON_ARRAY:
-		rc = buf_puts(b, "list(");
-		json_array_foreach(v, i, item) {
-			if (rc == 0 && i)
-				rc = buf_puts(b, ", ");
-			if (rc == 0)
-				rc = r_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, ")");
 	case JSON_OBJECT:
-		rc = buf_puts(b, "list(");
-		i = 0;
-		json_object_foreach((json_t *)v, key, item) {
-			if (rc == 0 && i++)
-				rc = buf_puts(b, ", ");
-			if (rc == 0)
-				rc = r_string(b, key, strlen(key));
-			if (rc == 0)
-				rc = buf_puts(b, " = ");
-			if (rc == 0)
-				rc = r_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, ")");
+		return jsonx_write_container(b, v, depth, &r_syntax, r_literal);
 	}
 	return -EINVAL;
 }
@@ -224,10 +202,8 @@ static int r_literal(struct buf *b, const json_t *v, int depth)
  * objects as JSON; Infinity, -Infinity and NaN. */
 static int js_literal(struct buf *b, const json_t *v, int depth)
 {
-	const char *key;
-	json_t *item;
+	static const struct jsonx_syntax js_syntax = { "[", "]", "{", "}", ",", ":" };
 	char *text;
-	size_t i;
 	int rc;
 
 	if (depth > 32)
@@ -240,30 +216,8 @@ static int js_literal(struct buf *b, const json_t *v, int depth)
 	case JSON_REAL: return lang_real(b, json_real_value(v));
 	case JSON_INTEGER: return lang_integer(b, json_integer_value(v));
 	case JSON_ARRAY:
-		rc = buf_puts(b, "[");
-		json_array_foreach(v, i, item) {
-			if (rc == 0 && i)
-				rc = buf_puts(b, ",");
-			if (rc == 0)
-				rc = js_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "]");
 	case JSON_OBJECT:
-		rc = buf_puts(b, "{");
-		i = 0;
-		json_object_foreach((json_t *)v, key, item) {
-			json_t *k = json_string(key);
-			if (rc == 0 && i++)
-				rc = buf_puts(b, ",");
-			if (rc == 0)
-				rc = k ? js_literal(b, k, depth + 1) : -ENOMEM;
-			json_decref(k);
-			if (rc == 0)
-				rc = buf_puts(b, ":");
-			if (rc == 0)
-				rc = js_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "}");
+		return jsonx_write_container(b, v, depth, &js_syntax, js_literal);
 	default:
 		break;
 	}

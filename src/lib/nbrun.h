@@ -628,6 +628,9 @@ NBRUN_EXPORT const char *nbrun_session_errmsg(const struct nbrun_session *s);
  * Destroy the session's sandbox (its kernel, its /mnt/data) and release the
  * session; the executions' output directories stay.
  * @param s  the session (NULL is fine)
+ * @return nothing: closing cannot fail; a sandbox the engine could not
+ *         remove then is removed by its labels later (nbrun gc, the next
+ *         run or server on the host)
  */
 NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s);
 

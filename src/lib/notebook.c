@@ -168,9 +168,8 @@ static bool nb_is_identifier(const char *s)
 /* A JSON value as a Python literal. */
 static int nb_py_literal(struct buf *b, const json_t *v, int depth)
 {
+	static const struct jsonx_syntax py_syntax = { "[", "]", "{", "}", ", ", ": " };
 	const char *key;
-	json_t *item;
-	size_t i;
 	int rc = 0;
 
 	if (depth > 32)
@@ -206,30 +205,8 @@ static int nb_py_literal(struct buf *b, const json_t *v, int depth)
 		return rc;
 	}
 	case JSON_ARRAY:
-		rc = buf_puts(b, "[");
-		json_array_foreach(v, i, item) {
-			if (rc == 0 && i)
-				rc = buf_puts(b, ", ");
-			if (rc == 0)
-				rc = nb_py_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "]");
 	case JSON_OBJECT:
-		rc = buf_puts(b, "{");
-		i = 0;
-		json_object_foreach((json_t *)v, key, item) {
-			json_t *k = json_string(key);
-			if (rc == 0 && i++)
-				rc = buf_puts(b, ", ");
-			if (rc == 0)
-				rc = k ? nb_py_literal(b, k, depth + 1) : -ENOMEM;
-			json_decref(k);
-			if (rc == 0)
-				rc = buf_puts(b, ": ");
-			if (rc == 0)
-				rc = nb_py_literal(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "}");
+		return jsonx_write_container(b, v, depth, &py_syntax, nb_py_literal);
 	}
 	return -EINVAL;
 }

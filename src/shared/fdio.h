@@ -27,7 +27,7 @@ struct fd_atomic {
 
 /* Open NAME.tmp (a stale one is replaced). The fd, or -errno. */
 int fd_atomic_open(struct fd_atomic *a, int dirfd, const char *name, mode_t mode);
-/* fsync, close and rename over NAME. 0 or -errno; on failure the temporary
+/* Close and rename over NAME (no fsync). 0 or -errno; on failure the temporary
  * file is removed and NAME is untouched. */
 int fd_atomic_commit(struct fd_atomic *a);
 /* Give up: close and remove the temporary file (a no-op after commit). */

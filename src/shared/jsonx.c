@@ -452,6 +452,43 @@ json_t *jsonx_loadb(const char *text, size_t len, char *err, size_t errlen)
 
 /* ---- writers ------------------------------------------------------------------- */
 
+int jsonx_write_container(struct buf *b, const json_t *v, int depth, const struct jsonx_syntax *syn,
+			  jsonx_writer write)
+{
+	const char *key;
+	json_t *item;
+	size_t i;
+	int rc;
+
+	if (json_is_array(v)) {
+		rc = buf_puts(b, syn->list_open);
+		json_array_foreach(v, i, item) {
+			if (rc == 0 && i)
+				rc = buf_puts(b, syn->sep);
+			if (rc == 0)
+				rc = write(b, item, depth + 1);
+		}
+		return rc ? rc : buf_puts(b, syn->list_close);
+	}
+	if (!json_is_object(v))
+		return 1;
+	rc = buf_puts(b, syn->map_open);
+	i = 0;
+	json_object_foreach((json_t *)v, key, item) {
+		json_t *k = json_string(key);
+		if (rc == 0 && i++)
+			rc = buf_puts(b, syn->sep);
+		if (rc == 0)
+			rc = k ? write(b, k, depth + 1) : -ENOMEM;
+		json_decref(k);
+		if (rc == 0)
+			rc = buf_puts(b, syn->kv);
+		if (rc == 0)
+			rc = write(b, item, depth + 1);
+	}
+	return rc ? rc : buf_puts(b, syn->map_close);
+}
+
 static int jsonx_dump_scalar(struct buf *b, const json_t *v)
 {
 	char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -463,10 +500,9 @@ static int jsonx_dump_scalar(struct buf *b, const json_t *v)
 
 static int jsonx_dump(struct buf *b, const json_t *v, int depth)
 {
-	const char *text, *key;
-	json_t *item;
-	size_t i;
-	int rc = 0;
+	static const struct jsonx_syntax json_syntax = { "[", "]", "{", "}", ",", ":" };
+	const char *text;
+	int rc;
 
 	if (depth > JSONX_MAX_DEPTH)
 		return -EINVAL;
@@ -477,33 +513,9 @@ static int jsonx_dump(struct buf *b, const json_t *v, int depth)
 										       : "-Infinity");
 	case JSONX_PLAIN: break;
 	}
-	if (json_is_array(v)) {
-		rc = buf_puts(b, "[");
-		json_array_foreach(v, i, item) {
-			if (rc == 0 && i)
-				rc = buf_puts(b, ",");
-			if (rc == 0)
-				rc = jsonx_dump(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "]");
-	}
-	if (json_is_object(v)) {
-		rc = buf_puts(b, "{");
-		i = 0;
-		json_object_foreach((json_t *)v, key, item) {
-			json_t *k = json_string(key);
-			if (rc == 0 && i++)
-				rc = buf_puts(b, ",");
-			if (rc == 0)
-				rc = k ? jsonx_dump_scalar(b, k) : -ENOMEM;
-			json_decref(k);
-			if (rc == 0)
-				rc = buf_puts(b, ":");
-			if (rc == 0)
-				rc = jsonx_dump(b, item, depth + 1);
-		}
-		return rc ? rc : buf_puts(b, "}");
-	}
+	rc = jsonx_write_container(b, v, depth, &json_syntax, jsonx_dump);
+	if (rc <= 0)
+		return rc;
 	if (json_is_real(v)) {
 		char t[48];
 		jsonx_double_text(t, json_real_value(v));

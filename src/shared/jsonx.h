@@ -47,6 +47,22 @@ json_t *jsonx_loadb(const char *text, size_t len, char *err, size_t errlen);
  * -Infinity, NaN. NULL when out of memory or on a value it cannot write. */
 char *jsonx_dumps(const json_t *v);
 
+/*
+ * How a language writes a list and a mapping: "[" ", " "]", "{" ": " "}"
+ * for Python; "list(" ", " ")", "list(" " = " ")" for R.
+ */
+struct jsonx_syntax {
+	const char *list_open, *list_close, *map_open, *map_close, *sep, *kv;
+};
+typedef int (*jsonx_writer)(struct buf *b, const json_t *v, int depth);
+/*
+ * An array or object v in that syntax: each item, and each key as a JSON
+ * string, written by write at depth + 1. 0, a negative errno, or 1 when v
+ * is neither (nothing written).
+ */
+int jsonx_write_container(struct buf *b, const json_t *v, int depth, const struct jsonx_syntax *syn,
+			  jsonx_writer write);
+
 /* A deep copy of v where every marker is the string of its text ("inf",
  * the digits), for documents that must be strict JSON. NULL when out of memory. */
 json_t *jsonx_plain(const json_t *v);
