@@ -54,6 +54,9 @@ struct nbrun_result {
 };
 
 int nbrun__result_new(struct nbrun_result **out, const char *run_id);
+/* Record the machine that ran the sandbox ("node": this host's name; in a
+ * Swarm service the node's, see deploy/swarm/stack.yml). */
+void nbrun__result_set_node(struct nbrun_result *r);
 void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message);
 /* Record something that was not exported or was cut: {"path","reason"}
  * (a path that is not UTF-8 is named so). 0, NBRUN_ENOMEM, or NBRUN_EINVAL

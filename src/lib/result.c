@@ -30,6 +30,14 @@ int nbrun__result_new(struct nbrun_result **out, const char *run_id)
 	return 0;
 }
 
+void nbrun__result_set_node(struct nbrun_result *r)
+{
+	char host[256] = "";
+
+	if (gethostname(host, sizeof(host) - 1) == 0 && host[0] && text_utf8_valid(host, strlen(host)))
+		json_object_set_new(r->doc, "node", json_string(host));
+}
+
 NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *r)
 {
 	if (!r)

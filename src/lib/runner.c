@@ -424,6 +424,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	if (rc < 0)
 		goto out;
 	json_object_set_new(r.job.result->doc, "language", json_string(lang->name));
+	nbrun__result_set_node(r.job.result);
 	if (!r.sb) {
 		run_progress(&r, NBRUN_PHASE_CONNECT);
 		rc = nbrun__sandbox_new(&r.sb, ctx, &nbrun__sandbox_docker, r.id);

@@ -424,6 +424,7 @@ static void session_finish_result(struct nbrun_session *s, struct nbrun_result *
 	json_object_set_new(doc, "duration_ms", json_integer((json_int_t)(clock_mono_ms() - t0)));
 	json_object_set_new(doc, "out_dir", json_string(dir));
 	json_object_set_new(doc, "language", json_string(s->lang->name));
+	nbrun__result_set_node(res);
 	json_object_set_new(doc, "session", json_pack("{s:s, s:I}", "id", s->id, "execution",
 						      (json_int_t)s->execs));
 	if (fstatat(dfd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&

@@ -9,6 +9,7 @@ state (nothing labelled with the run's id may be left behind).
 import concurrent.futures
 import json
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -111,6 +112,7 @@ def case_print_and_result():
     check([r["text"] for r in doc["results"]] == ["42"], doc["results"])
     check(doc["results"][0]["cell"] == 1, doc["results"])
     check(doc["cells"] == 2, doc["cells"])
+    check(doc.get("node") == socket.gethostname(), "node %r, this host is %r" % (doc.get("node"), socket.gethostname()))
     check(os.path.isfile(os.path.join(out, "notebook.ipynb")), "no notebook.ipynb")
     finish(doc, out)
 
