@@ -88,6 +88,15 @@ static void serve_help(void)
 	       "                        /64; on a unix socket, one user id) in a minute before\n"
 	       "                        it gets 429 with Retry-After until the minute ends, even\n"
 	       "                        with the right token (default %d)\n"
+	       "Cluster (a session lives on one node; its id names the node, NODE~ID, and a\n"
+	       "call for another node's session is forwarded to that node):\n"
+	       "  --node NAME           this server's node name (default: the host name;\n"
+	       "                        1 to 63 of A-Z a-z 0-9 . _ -)\n"
+	       "  --peer NAME=URL       another node, URL http://HOST:PORT (repeatable)\n"
+	       "  --peers-dns HOST:PORT every address HOST resolves to is a node, named by its\n"
+	       "                        GET /v1/health (Swarm: tasks.SERVICE:PORT)\n"
+	       "                        Calls go only to these nodes; an id naming another is\n"
+	       "                        404. A node that does not answer: 502, kind node_gone\n"
 	       "  -h, --help            this text\n"
 	       "Run defaults and limits (a request may lower the timeout, not raise it; -e\n"
 	       "variables go to every run, a request's env wins on the same name):\n"
@@ -569,7 +578,12 @@ int cmd_serve(int argc, char **argv)
 		OPT_MAX_RUNS, OPT_KEEP, OPT_RETENTION, OPT_MAX_SESSIONS, OPT_SESSION_IDLE,
 		OPT_SESSION_LIFE, OPT_CONN_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_AUTH_FAILURES,
 	};
+	/* The cluster's options. */
+	enum { OPT_NODE = CLI_OPT_FIRST_LOCAL + 64, OPT_PEER, OPT_PEERS_DNS };
 	static const struct option longopts[] = {
+		{ "node", required_argument, NULL, OPT_NODE },
+		{ "peer", required_argument, NULL, OPT_PEER },
+		{ "peers-dns", required_argument, NULL, OPT_PEERS_DNS },
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "socket", required_argument, NULL, OPT_SOCKET },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
@@ -593,6 +607,7 @@ int cmd_serve(int argc, char **argv)
 	struct serve s;
 	struct serve_http *http = NULL;
 	const char *listen_spec = NULL, *sock_path = NULL, *token_file = NULL;
+	const char *node = NULL;
 	char *state_dir = NULL, default_listen[32];
 	struct sigaction sa;
 	int64_t n;
@@ -708,6 +723,17 @@ int cmd_serve(int argc, char **argv)
 			else
 				s.auth_failures = (unsigned int)n;
 			break;
+		case OPT_NODE:
+			node = optarg;
+			break;
+		case OPT_PEER:
+			if (serve_peer_add(&s, optarg) < 0)
+				goto out;
+			break;
+		case OPT_PEERS_DNS:
+			if (serve_peers_dns(&s, optarg) < 0)
+				goto out;
+			break;
 		case 'h':
 			serve_help();
 			ret = CLI_EXIT_OK;
@@ -732,6 +758,8 @@ int cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	if (cli_run_args_finish(&args, "serve"))
+		goto out;
+	if (serve_node_init(&s, node) < 0)
 		goto out;
 	if (s.session_idle_ms > s.session_life_ms)
 		s.session_idle_ms = s.session_life_ms;
@@ -844,6 +872,7 @@ out:
 		close(s.runs_fd);
 	free(s.state_dir);
 	free(s.languages);
+	serve_peers_free(&s);
 	free(s.runs_dir);
 	free(state_dir);
 	cli_run_args_free(&args);

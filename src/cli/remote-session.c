@@ -21,7 +21,7 @@
 struct rsess {
 	struct remote *r;   /* the prompt's requests */
 	struct remote *ri;  /* interrupts, from the Ctrl-C thread */
-	char id[65];
+	char id[SERVE_NODE_MAX + 1 + 16];
 	char errmsg[512];
 	long status; /* of the last request: 0 when none came */
 	bool dead;
@@ -371,7 +371,7 @@ int cli_remote_session_open(void **out, const struct cli_remote *a)
 	doc = rsess_ask(s, "POST", "/v1/sessions", body, strlen(body), NULL);
 	free(body);
 	id = json_string_value(json_object_get(doc, "id"));
-	if (!doc || !id || !serve_run_id_valid(id)) {
+	if (!doc || !id || !serve_session_id_valid(id)) {
 		cli_error("cannot open a session on %s: %s", a->server,
 			  doc ? "the reply has no session id" : s->errmsg);
 		if (s->status == 401)

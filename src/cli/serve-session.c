@@ -44,7 +44,8 @@
 
 struct serve_session {
 	struct serve_session *next;
-	char id[16];
+	char id[SERVE_NODE_MAX + 1 + 16]; /* NODE~<the library's id> */
+	char dir_name[16];                /* the library's id: its directory */
 	int tenant;
 	struct nbrun_session *ns;
 	int dir_fd;                 /* STATE/sessions/<id>: one directory per execution */
@@ -127,6 +128,19 @@ static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const c
 	}
 }
 
+struct MHD_Response *serve_json_response(unsigned int *status, unsigned int code, json_t *body)
+{
+	return sess_json(status, code, body);
+}
+
+bool serve_session_id_valid(const char *id)
+{
+	const char *tilde = strchr(id, '~');
+
+	return tilde && serve_node_valid(id, (size_t)(tilde - id)) && serve_run_id_valid(tilde + 1) &&
+	       strlen(tilde + 1) < 16;
+}
+
 /* ---- the table ----------------------------------------------------------------------- */
 
 static void sess_destroy(struct serve *s, struct serve_session *ss)
@@ -134,7 +148,7 @@ static void sess_destroy(struct serve *s, struct serve_session *ss)
 	nbrun_session_close(ss->ns);
 	if (ss->dir_fd >= 0)
 		close(ss->dir_fd);
-	serve_rm_tree(s->sessions->dir_fd, ss->id);
+	serve_rm_tree(s->sessions->dir_fd, ss->dir_name);
 	free(ss->dir);
 	free(ss);
 }
@@ -646,7 +660,8 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	if (rc == 0 && !(ss = calloc(1, sizeof(*ss))))
 		rc = NBRUN_ENOMEM;
 	if (rc == 0) {
-		snprintf(ss->id, sizeof(ss->id), "%s", nbrun_session_id(ns));
+		snprintf(ss->dir_name, sizeof(ss->dir_name), "%s", nbrun_session_id(ns));
+		snprintf(ss->id, sizeof(ss->id), "%s~%s", s->node, ss->dir_name);
 		ss->ns = ns;
 		ns = NULL;
 		ss->tenant = tenant;
@@ -654,10 +669,10 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		ss->language = req.language ? req.language : "python";
 		ss->created_ms = ss->last_ms = clock_mono_ms();
 		ss->dir_fd = -1;
-		if (mkdirat(s->sessions->dir_fd, ss->id, 0700) < 0 ||
-		    (ss->dir_fd = openat(s->sessions->dir_fd, ss->id,
+		if (mkdirat(s->sessions->dir_fd, ss->dir_name, 0700) < 0 ||
+		    (ss->dir_fd = openat(s->sessions->dir_fd, ss->dir_name,
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-		    asprintf(&ss->dir, "%s/%s", s->sessions->dir, ss->id) < 0) {
+		    asprintf(&ss->dir, "%s/%s", s->sessions->dir, ss->dir_name) < 0) {
 			ss->dir = NULL;
 			rc = NBRUN_EIO;
 		}
@@ -699,16 +714,22 @@ static json_t *sess_info(struct serve *s, const struct serve_session *ss)
 {
 	uint64_t now = clock_mono_ms();
 
-	(void)s;
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b}", "id", ss->id, "language", ss->language, "executions",
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b}", "id", ss->id, "node", s->node,
+			 "language", ss->language, "executions",
 			 (json_int_t)ss->execs, "age_s", (json_int_t)((now - ss->created_ms) / 1000),
 			 "idle_s", (json_int_t)((now - ss->last_ms) / 1000), "busy", ss->busy,
 			 "kernel_dead", nbrun_session_kernel_dead(ss->ns) != 0);
 }
 
-static struct MHD_Response *sess_list(struct serve *s, int tenant, unsigned int *status)
+/*
+ * This node's sessions of tenant and, when the server has peers and the
+ * request is not forwarded, every peer's: a peer that does not answer is
+ * named in "unreachable".
+ */
+static struct MHD_Response *sess_list(struct serve *s, struct MHD_Connection *c, int tenant,
+				      unsigned int *status)
 {
-	json_t *arr = json_array();
+	json_t *arr = json_array(), *doc;
 	struct serve_session *ss;
 
 	pthread_mutex_lock(&s->sessions->mu);
@@ -716,7 +737,17 @@ static struct MHD_Response *sess_list(struct serve *s, int tenant, unsigned int 
 		if (ss->tenant == tenant)
 			json_array_append_new(arr, sess_info(s, ss));
 	pthread_mutex_unlock(&s->sessions->mu);
-	return sess_json(status, 200, arr ? json_pack("{s:o}", "sessions", arr) : NULL);
+	doc = arr ? json_pack("{s:o}", "sessions", arr) : NULL;
+	if (doc && s->peers && !serve_forwarded(c)) {
+		json_t *gone = serve_forward_list(s, c, arr);
+		if (!gone) {
+			json_decref(doc);
+			doc = NULL;
+		} else {
+			json_object_set_new(doc, "unreachable", gone);
+		}
+	}
+	return sess_json(status, 200, doc);
 }
 
 /* Parse {"code": "...", "timeout": "60s"}. */
@@ -773,7 +804,7 @@ static json_t *sess_execute(struct serve *s, struct serve_session *ss, const cha
 {
 	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
 	struct nbrun_result *res = NULL;
-	char sub[16], *dir = NULL, *text = NULL, prefix[96];
+	char sub[16], *dir = NULL, *text = NULL, prefix[192];
 	json_t *doc = NULL;
 	int dfd = -1, rc;
 
@@ -804,6 +835,9 @@ static json_t *sess_execute(struct serve *s, struct serve_session *ss, const cha
 	if (nbrun_result_to_json(&text, res, 0) == 0)
 		doc = json_loads(text, 0, NULL);
 	dfd = openat(ss->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* The session as the client names it, on whichever node it asks. */
+	if (json_is_object(json_object_get(doc, "session")))
+		json_object_set_new(json_object_get(doc, "session"), "id", json_string(ss->id));
 	if (doc && dfd >= 0) {
 		snprintf(prefix, sizeof(prefix), "/v1/sessions/%s/outputs/%s", ss->id, sub);
 		serve_add_refs(doc, prefix, dfd, true);
@@ -1020,8 +1054,8 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	struct MHD_Response *r;
 	struct serve_session *ss;
-	char id[32];
-	const char *p, *rest;
+	char id[SERVE_NODE_MAX + 1 + 32];
+	const char *p, *rest, *tilde;
 	size_t n;
 	bool handed = false;
 
@@ -1031,7 +1065,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 		if (!strcmp(method, "POST"))
 			return sess_open(s, tenant, body, len, status);
 		if (get)
-			return sess_list(s, tenant, status);
+			return sess_list(s, c, tenant, status);
 		return sess_error(status, 405, "method", "use POST or GET");
 	}
 	p = url + 13;
@@ -1041,9 +1075,14 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	memcpy(id, p, n);
 	id[n] = '\0';
 	rest = p[n] ? p + n + 1 : "";
+	/* Another node's: forwarded to it when it is a peer, else no such session. */
+	tilde = strchr(id, '~');
+	if (tilde && ((size_t)(tilde - id) != strlen(s->node) || strncmp(id, s->node, tilde - id)) &&
+	    serve_forward(&r, s, c, id, method, url, body, len, status) == 0)
+		return r;
 	ss = sess_get(s, id, tenant);
 	if (!ss)
-		return sess_error(status, 404, "not_found", "no session %.32s", id);
+		return sess_error(status, 404, "not_found", "no session %.96s", id);
 	if (!*rest && get) {
 		json_t *info;
 		pthread_mutex_lock(&s->sessions->mu);

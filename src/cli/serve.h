@@ -37,6 +37,8 @@
 #define SERVE_DEFAULT_KEEP 1000
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
+/* A node name: 1 to 63 of A-Z a-z 0-9 . _ - (a session id is NODE~ID). */
+#define SERVE_NODE_MAX 63
 
 enum serve_outcome {
 	SERVE_OUT_OK = 0,   /* the five run statuses, in enum nbrun_status order */
@@ -88,6 +90,10 @@ struct serve {
 	 * tenant; a session is visible only to the tenant that opened it. */
 	char **tenant_tokens;
 	size_t n_tenant_tokens;
+	/* This server's node (--node): the session ids it hands out name it. */
+	char node[SERVE_NODE_MAX + 1];
+	/* The nodes it forwards other nodes' sessions to (serve-forward.c); NULL: none. */
+	struct serve_peers *peers;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
 	const volatile sig_atomic_t *stopping;
 
@@ -223,6 +229,37 @@ struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
 				      struct serve_request *req, unsigned int *status);
 /* True when the request asks for an NDJSON stream. */
 bool serve_wants_ndjson(struct MHD_Connection *c);
+/* A reply of a JSON body (taken) with code; its status in *status. */
+struct MHD_Response *serve_json_response(unsigned int *status, unsigned int code, json_t *body);
+/* A session id as the server hands them out: NODE~HEX. */
+bool serve_session_id_valid(const char *id);
+
+/* serve-forward.c */
+struct serve_peers;
+bool serve_node_valid(const char *name, size_t len);
+/* s->node from name, or this host's name when NULL. 0 or -1 (usage message printed). */
+int serve_node_init(struct serve *s, const char *name);
+/* --peer NAME=http://HOST:PORT. 0 or -1 (usage message printed). */
+int serve_peer_add(struct serve *s, const char *spec);
+/* --peers-dns HOST:PORT: every address of HOST is a peer, named by its /v1/health. */
+int serve_peers_dns(struct serve *s, const char *hostport);
+void serve_peers_free(struct serve *s);
+/* True when the request came forwarded from another node. */
+bool serve_forwarded(struct MHD_Connection *c);
+/*
+ * Forward a request for session id (NODE~...) to its node, a peer: 0 with
+ * the relayed reply in *out (NULL: the client went away; close the
+ * connection), or -ENOENT when id names no peer (no connection made; the
+ * caller answers its 404).
+ */
+int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connection *c,
+		  const char *id, const char *method, const char *url, const char *body, size_t len,
+		  unsigned int *status);
+/*
+ * Add the sessions of every peer that the token of c sees to the array
+ * sessions; the peers that did not answer, by name (a new array).
+ */
+json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *sessions);
 
 /* serve-http.c */
 struct serve_http;

@@ -20,7 +20,8 @@ from serve_cases import Server  # noqa: E402
 
 
 def labelled(session_id):
-    """Containers and volumes of a sandbox (named by the session id)."""
+    """Containers and volumes of a sandbox (named by the session id, after its NODE~)."""
+    session_id = session_id.split("~")[-1]
     out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=nbrun.run=" + session_id],
                          capture_output=True, text=True).stdout.split()
     vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", "label=nbrun.run=" + session_id],
