@@ -495,13 +495,17 @@ void nbrun__job_release(struct nbrun__job *job);
 
 /* ---- pool.c / runner.c -------------------------------------------------------- */
 
-/* A ready sandbox bound to ctx when the run fits the pool and one is ready, else NULL. */
+/* A ready sandbox of lang's kernel bound to ctx when the run fits the pool,
+ * the pool keeps that language and one is ready, else NULL. */
 struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
-					 const struct nbrun_run_options *o);
+					 const struct nbrun_run_options *o,
+					 const struct nbrun__language *lang);
 /* Hand a used sandbox (or a cold one of a pool run) to the pool's reaper;
- * leased: it came from nbrun__pool_lease() (sb may then be NULL: a lease
- * whose run failed before it could be handed back). */
-void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased);
+ * leased: the language it was leased for by nbrun__pool_lease(), NULL when
+ * it was not (sb may be NULL: a lease whose run failed before it could be
+ * handed back). */
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb,
+			 const struct nbrun__language *leased);
 /* mkdir -p want (NULL: ./nbrun-out/<id>), then require it empty; its absolute name and an fd.
  * The directory is claimed (NBRUN__OUT_CLAIM, created with O_EXCL) so that
  * of two runs given the same directory exactly one gets it, the other

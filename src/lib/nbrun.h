@@ -287,8 +287,9 @@ struct nbrun_run_options {
 	const volatile sig_atomic_t *cancel;
 	/**
 	 * A warm pool (nbrun_pool_new()) to lease a started sandbox from, or
-	 * NULL. A run whose image, limits and network are the pool's and that
-	 * sets no environment takes a warm sandbox when one is ready (a hit);
+	 * NULL. A run whose image, limits and network are the pool's, that
+	 * sets no environment and whose language the pool keeps takes a warm
+	 * sandbox of that language when one is ready (a hit);
 	 * otherwise it starts a cold one (a miss), never failing for that.
 	 * Either way the sandbox serves this run only and is destroyed after
 	 * it (in the background).
@@ -433,23 +434,43 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
  * the next pool or run of this host) removes what a killed process left.
  * The pool's functions may be called from any thread.
  */
+/** One language's share of a pool (version 2 of its options). */
+struct nbrun_pool_language {
+	const char *language; /**< a name or alias (nbrun_language_name()) */
+	unsigned int size;    /**< its sandboxes kept ready (1 to 64) */
+};
+
 struct nbrun_pool_options {
 	unsigned int version;
-	unsigned int size;    /**< sandboxes kept ready (1 to 64; default 2) */
+	unsigned int size;    /**< Python sandboxes kept ready (1 to 64; default 2) */
 	/** Image, limits and network of every sandbox (NULL: the run defaults). */
 	const struct nbrun_run_options *run;
-	/** Modules imported in each kernel before it counts as ready; NULL or "" none. */
+	/** Modules imported in each Python kernel before it counts as ready; NULL or "" none. */
 	const char *preload;
+	/**
+	 * Version 2: the languages kept warm and how many of each, or NULL:
+	 * Python only, size of them (size is ignored otherwise). Each language
+	 * at most once, its kernel in the image; the sizes add up to at most
+	 * 64. Only Python's sandboxes import the preload; the others have
+	 * their kernel up and nothing more. A run or session leases a sandbox
+	 * of its own language only.
+	 */
+	const struct nbrun_pool_language *languages;
+	size_t language_count;
 };
-#define NBRUN_POOL_OPTIONS_VERSION 1
-#define NBRUN_POOL_OPTIONS_INIT { NBRUN_POOL_OPTIONS_VERSION, 2, NULL, "numpy,pandas,matplotlib.pyplot" }
+#define NBRUN_POOL_OPTIONS_VERSION 2
+#define NBRUN_POOL_OPTIONS_INIT \
+	{ NBRUN_POOL_OPTIONS_VERSION, 2, NULL, "numpy,pandas,matplotlib.pyplot", NULL, 0 }
 
 /**
- * Create a pool and start filling it in the background.
+ * Create a pool and start filling it in the background: one thread makes
+ * the sandboxes of every language in turn, another removes used ones.
  * @param out   receives the pool; nbrun_pool_free()
- * @param opts  size, sandbox limits, preload (copied)
- * @return 0; NBRUN_EINVAL (bad options), NBRUN_EENGINE (no engine),
- *         NBRUN_ENOIMAGE (the image is missing), NBRUN_ENOMEM
+ * @param opts  sizes, languages, sandbox limits, preload (copied)
+ * @return 0; NBRUN_EINVAL (bad options, an unknown language, or one
+ *         whose kernel the image lacks: the message names the image's),
+ *         NBRUN_EENGINE (no engine), NBRUN_ENOIMAGE (the image is
+ *         missing), NBRUN_ENOMEM
  */
 NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 				const struct nbrun_pool_options *opts);
@@ -461,7 +482,7 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
  */
 NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *pool);
 
-/** Counters of a pool, for health and metrics. */
+/** Counters of a pool (all its languages together), for health and metrics. */
 struct nbrun_pool_stats {
 	unsigned int size;     /**< the target */
 	unsigned int ready;    /**< sandboxes waiting for a run */
@@ -477,6 +498,16 @@ struct nbrun_pool_stats {
  * @return 0, or NBRUN_EINVAL when pool is NULL
  */
 NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_pool *pool);
+
+/**
+ * Read the counters of one language's sandboxes in the pool.
+ * @param out       filled with a consistent snapshot
+ * @param language  a name or alias (nbrun_language_name())
+ * @return 0; NBRUN_ENOTFOUND when the pool keeps none of that language,
+ *         NBRUN_EINVAL when pool is NULL or the language unknown
+ */
+NBRUN_EXPORT int nbrun_pool_language_stats(struct nbrun_pool_stats *out, struct nbrun_pool *pool,
+					   const char *language);
 
 /**
  * The last reason a sandbox of the pool failed to start ("" when none), for
@@ -502,9 +533,9 @@ struct nbrun_session;
  * leaves the pool at once), else a new one; opts->files are uploaded to
  * /mnt/data. Of the run options, the image, limits, network, env, files,
  * pool, cancel and language (version 4; NULL: Python) apply; timeout_ms
- * bounds the opening. The pool runs Python: a session in another language
- * starts its own sandbox with that language's kernel, which every
- * execution of the session then uses.
+ * bounds the opening. The sandbox runs the session's language's kernel,
+ * which every execution of the session then uses: from the pool when it
+ * keeps that language, else a new one.
  * @param out  receives the session; nbrun_session_close()
  * @param ctx  the context for this call's message; the session keeps its own
  * @param opts  the run options (above)

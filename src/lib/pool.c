@@ -5,6 +5,8 @@
  * leased one counts until its run ends, so that its replacement does not
  * start while it runs); a reaper thread removes used ones, off the runs'
  * critical path. A sandbox serves one run and is never handed to another.
+ * The pool keeps a queue per language (Python only, unless asked): one
+ * filler serves them in turn, so the threads stay two however many.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -29,6 +31,17 @@ struct pool_item {
 	struct pool_item *next;
 };
 
+/* One language's sandboxes: its kernel (and, for Python, the preload). */
+struct pool_queue {
+	const struct nbrun__language *lang;
+	unsigned int size;
+	struct nbrun__sandbox_spec spec;
+	struct pool_item *ready;      /* LIFO: the newest is the warmest */
+	unsigned int n_ready, n_starting;
+	unsigned int n_leased;        /* taken by runs that have not ended yet */
+	uint64_t hits, misses, failures;
+};
+
 struct nbrun_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;          /* filler: room or stop; reaper: work or stop */
@@ -36,23 +49,21 @@ struct nbrun_pool {
 	/* raised with stop: a sandbox being made gives up at once (a gVisor
 	 * one may otherwise take its whole ready wait) */
 	volatile sig_atomic_t cancel;
-	unsigned int size;
 	struct nbrun_run_options run; /* the sandboxes' limits (strings copied below) */
 	char *image, *network, *preload, *runtime;
-	struct nbrun__sandbox_spec spec;
-	struct pool_item *ready;      /* LIFO: the newest is the warmest */
-	unsigned int n_ready, n_starting;
-	unsigned int n_leased;        /* taken by runs that have not ended yet */
+	struct pool_queue *q;
+	size_t n_q;
+	size_t turn;                  /* the queue the filler looks at first */
 	struct pool_item *dead;       /* to remove */
 	bool reaper_busy;
-	uint64_t hits, misses, failures;
 	char last_error[256];
 	pthread_t filler, reaper;
 	bool have_filler, have_reaper;
 };
 
 /* Make one ready sandbox; NULL with the reason in ctx. */
-static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *ctx)
+static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, const struct pool_queue *q,
+					struct nbrun_ctx *ctx)
 {
 	struct nbrun__sandbox *sb = NULL;
 	int rc;
@@ -60,7 +71,7 @@ static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, struct nbrun_ctx *
 	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
 	if (rc == 0) {
 		nbrun__sandbox_bind(sb, ctx, &p->cancel);
-		rc = sb->ops->create(sb, &p->spec);
+		rc = sb->ops->create(sb, &q->spec);
 	}
 	if (rc == 0)
 		rc = sb->ops->start(sb);
@@ -89,6 +100,24 @@ static void pool_sleep_ms(struct nbrun_pool *p, unsigned int ms)
 	pthread_cond_timedwait(&p->cond, &p->mu, &ts);
 }
 
+/* The next queue short of its size, taken in turn so that one language's
+ * refills do not starve another's; NULL when every queue is full. */
+static struct pool_queue *pool_next_short(struct nbrun_pool *p)
+{
+	for (size_t i = 0; i < p->n_q; i++) {
+		size_t k = (p->turn + i) % p->n_q;
+		struct pool_queue *q = &p->q[k];
+
+		/* A leased sandbox keeps its place until its run ends: starting its
+		 * replacement at once would compete with that run for the CPU. */
+		if (q->n_ready + q->n_starting + q->n_leased < q->size) {
+			p->turn = (k + 1) % p->n_q;
+			return q;
+		}
+	}
+	return NULL;
+}
+
 static void *pool_filler(void *arg)
 {
 	struct nbrun_pool *p = arg;
@@ -99,22 +128,24 @@ static void *pool_filler(void *arg)
 		return NULL;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
+		struct pool_queue *q = pool_next_short(p);
 		struct nbrun__sandbox *sb;
 
-		/* A leased sandbox keeps its place until its run ends: starting its
-		 * replacement at once would compete with that run for the CPU. */
-		if (p->n_ready + p->n_starting + p->n_leased >= p->size) {
+		if (!q) {
 			pthread_cond_wait(&p->cond, &p->mu);
 			continue;
 		}
-		p->n_starting++;
+		q->n_starting++;
 		pthread_mutex_unlock(&p->mu);
-		sb = pool_make(p, ctx);
+		sb = pool_make(p, q, ctx);
 		pthread_mutex_lock(&p->mu);
-		p->n_starting--;
+		q->n_starting--;
 		if (!sb) {
-			p->failures++;
-			snprintf(p->last_error, sizeof(p->last_error), "%s", nbrun_ctx_errmsg(ctx));
+			q->failures++;
+			/* Python's as always; another language's names it. */
+			snprintf(p->last_error, sizeof(p->last_error), "%s%s%s",
+				 q->lang == nbrun__language_default() ? "" : q->lang->name,
+				 q->lang == nbrun__language_default() ? "" : ": ", nbrun_ctx_errmsg(ctx));
 			backoff = backoff ? backoff * 2 : POOL_BACKOFF_MIN_MS;
 			if (backoff > POOL_BACKOFF_MAX_MS)
 				backoff = POOL_BACKOFF_MAX_MS;
@@ -134,9 +165,9 @@ static void *pool_filler(void *arg)
 				continue;
 			}
 			it->sb = sb;
-			it->next = p->ready;
-			p->ready = it;
-			p->n_ready++;
+			it->next = q->ready;
+			q->ready = it;
+			q->n_ready++;
 		}
 		pthread_cond_broadcast(&p->cond);
 	}
@@ -192,17 +223,30 @@ static bool pool_fits(const struct nbrun_pool *p, const struct nbrun_run_options
 	       pool_str_eq(p->runtime, nbrun__run_runtime(o)) && o->env_count == 0;
 }
 
+static struct pool_queue *pool_queue_of(struct nbrun_pool *p, const struct nbrun__language *lang)
+{
+	for (size_t i = 0; i < p->n_q; i++)
+		if (p->q[i].lang == lang)
+			return &p->q[i];
+	return NULL;
+}
+
 struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx *ctx,
-					 const struct nbrun_run_options *o)
+					 const struct nbrun_run_options *o,
+					 const struct nbrun__language *lang)
 {
 	struct nbrun__sandbox *sb = NULL;
+	struct pool_queue *q = pool_queue_of(p, lang);
 
+	/* A language the pool keeps none of starts cold, as without a pool. */
+	if (!q)
+		return NULL;
 	pthread_mutex_lock(&p->mu);
 	if (pool_fits(p, o)) {
-		while (p->ready && !sb) {
-			struct pool_item *it = p->ready;
-			p->ready = it->next;
-			p->n_ready--;
+		while (q->ready && !sb) {
+			struct pool_item *it = q->ready;
+			q->ready = it->next;
+			q->n_ready--;
 			/* A ready agent says nothing unasked: anything else (an
 			 * engine restart, a dead agent) sends it to the reaper. */
 			if (nbrun__sandbox_idle(it->sb)) {
@@ -215,10 +259,10 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
 		}
 	}
 	if (sb) {
-		p->hits++;
-		p->n_leased++;
+		q->hits++;
+		q->n_leased++;
 	} else {
-		p->misses++;
+		q->misses++;
 	}
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->mu);
@@ -227,14 +271,16 @@ struct nbrun__sandbox *nbrun__pool_lease(struct nbrun_pool *p, struct nbrun_ctx 
 	return sb;
 }
 
-void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool leased)
+void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb,
+			 const struct nbrun__language *leased)
 {
 	struct pool_item *it;
+	struct pool_queue *q = leased ? pool_queue_of(p, leased) : NULL;
 
-	if (leased) {
+	if (q) {
 		/* Its run is over: the filler may start its replacement now. */
 		pthread_mutex_lock(&p->mu);
-		p->n_leased--;
+		q->n_leased--;
 		pthread_cond_broadcast(&p->cond);
 		pthread_mutex_unlock(&p->mu);
 	}
@@ -255,18 +301,115 @@ void nbrun__pool_discard(struct nbrun_pool *p, struct nbrun__sandbox *sb, bool l
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* The languages of version 2 options; 0: Python only, of o->size. */
+static size_t pool_language_count(const struct nbrun_pool_options *o)
+{
+	return o->version >= 2 && o->languages ? o->language_count : 0;
+}
+
+static int pool_check_languages(struct nbrun_ctx *ctx, const struct nbrun_pool_options *o,
+				unsigned int *total)
+{
+	size_t n = pool_language_count(o);
+
+	*total = n ? 0 : o->size;
+	for (size_t i = 0; i < n; i++) {
+		const struct nbrun_pool_language *pl = &o->languages[i];
+		const struct nbrun__language *l = pl->language ? nbrun__language_find(pl->language) : NULL;
+
+		if (!l)
+			return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s' for the pool; languages: %s",
+					  pl->language ? pl->language : "(null)", nbrun__language_names());
+		for (size_t j = 0; j < i; j++)
+			if (nbrun__language_find(o->languages[j].language) == l)
+				return nbrun__err(ctx, NBRUN_EINVAL, "the pool names %s twice", l->name);
+		if (pl->size < 1 || pl->size > POOL_MAX_SIZE)
+			return nbrun__err(ctx, NBRUN_EINVAL, "the pool's %s size must be between 1 and %d",
+					  l->name, POOL_MAX_SIZE);
+		*total += pl->size;
+	}
+	return 0;
+}
+
 static int pool_check(struct nbrun_ctx *ctx, const struct nbrun_pool_options *o)
 {
-	if (!o || o->version != NBRUN_POOL_OPTIONS_VERSION)
+	unsigned int total;
+	int rc;
+
+	if (!o || o->version < 1 || o->version > NBRUN_POOL_OPTIONS_VERSION)
 		return nbrun__err(ctx, NBRUN_EINVAL, "pool options missing or of another version");
-	if (o->size < 1 || o->size > POOL_MAX_SIZE)
-		return nbrun__err(ctx, NBRUN_EINVAL, "pool size must be between 1 and %d", POOL_MAX_SIZE);
+	rc = pool_check_languages(ctx, o, &total);
+	if (rc < 0)
+		return rc;
+	if (total < 1 || total > POOL_MAX_SIZE)
+		return nbrun__err(ctx, NBRUN_EINVAL, "pool size must be between 1 and %d%s", POOL_MAX_SIZE,
+				  pool_language_count(o) ? " over all languages" : "");
 	if (o->preload && strspn(o->preload, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,") !=
 			      strlen(o->preload))
 		return nbrun__err(ctx, NBRUN_EINVAL, "preload must be a comma-separated list of module names");
 	if (o->run && o->run->env_count)
 		return nbrun__err(ctx, NBRUN_EINVAL, "a pool's sandboxes take no environment");
 	return o->run ? nbrun__run_check_options(ctx, o->run) : 0;
+}
+
+/* One queue per language asked for (checked), Python's alone when none. */
+static int pool_queues_new(struct nbrun_pool *p, struct nbrun_ctx *ctx, const struct nbrun_pool_options *o)
+{
+	size_t n = pool_language_count(o);
+
+	p->q = calloc(n ? n : 1, sizeof(*p->q));
+	if (!p->q)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	p->n_q = n ? n : 1;
+	if (!n) {
+		p->q[0].lang = nbrun__language_default();
+		p->q[0].size = o->size;
+	}
+	for (size_t i = 0; i < n; i++) {
+		p->q[i].lang = nbrun__language_find(o->languages[i].language);
+		p->q[i].size = o->languages[i].size;
+	}
+	return 0;
+}
+
+static bool pool_has_word(const char *list, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *s = list; (s = strstr(s, w)); s += n)
+		if ((s == list || s[-1] == ' ') && (s[n] == ' ' || s[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* Every language of the pool has its kernel in the (resolved) image. */
+static int pool_check_kernels(struct nbrun_pool *p, struct nbrun_ctx *ctx)
+{
+	char *have = NULL;
+	int rc = 0;
+
+	if (p->n_q == 1 && p->q[0].lang == nbrun__language_default())
+		return 0;
+	rc = nbrun_image_languages(&have, ctx, p->image);
+	for (size_t i = 0; rc == 0 && i < p->n_q; i++)
+		if (!pool_has_word(have, p->q[i].lang->name))
+			rc = nbrun__err(ctx, NBRUN_EINVAL, "the image %s has no %s kernel; its languages: %s",
+					p->image, p->q[i].lang->name, have);
+	free(have);
+	return rc;
+}
+
+/* Each queue's sandbox: the runs' own, its language's kernel, the preload for Python only. */
+static void pool_queues_spec(struct nbrun_pool *p)
+{
+	for (size_t i = 0; i < p->n_q; i++) {
+		struct pool_queue *q = &p->q[i];
+
+		nbrun__run_sandbox_spec(&q->spec, &p->run);
+		q->spec.image = p->image;
+		q->spec.kernel = q->lang->kernel;
+		q->spec.preload = q->lang == nbrun__language_default() ? p->preload : NULL;
+	}
 }
 
 NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
@@ -286,7 +429,6 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cond, NULL);
-	p->size = opts->size;
 	p->run = opts->run ? *opts->run : defaults;
 	p->image = p->run.image ? strdup(p->run.image) : NULL;
 	p->network = strdup(p->run.network);
@@ -298,13 +440,13 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 		rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
 		goto fail;
 	}
+	rc = pool_queues_new(p, ctx, opts);
+	if (rc < 0)
+		goto fail;
 	p->run.image = p->image;
 	p->run.network = p->network;
 	if (p->run.version >= 6)
 		p->run.runtime = p->runtime;
-	/* The runs' own sandbox, plus the preload (a pool takes no env). */
-	nbrun__run_sandbox_spec(&p->spec, &p->run);
-	p->spec.preload = p->preload;
 	/* Fail now, clearly, when there is no engine or no image; and remove
 	 * what killed processes of this host left behind. */
 	rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);
@@ -321,11 +463,14 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 		p->image = probe->image;
 		probe->image = NULL;
 		p->run.image = NULL; /* runs asking for the default still fit */
-		p->spec.image = p->image;
 	}
 	nbrun__sandbox_free(probe);
+	if (rc == 0)
+		rc = pool_check_kernels(p, ctx);
 	if (rc < 0)
 		goto fail;
+	/* The runs' own sandbox, plus the preload (a pool takes no env). */
+	pool_queues_spec(p);
 	if (pthread_create(&p->reaper, NULL, pool_reaper, p) != 0) {
 		rc = nbrun__err(ctx, NBRUN_ENOMEM, "cannot start the pool's threads");
 		goto fail;
@@ -356,13 +501,17 @@ NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
 		pthread_join(p->filler, NULL);
 	/* The filler is gone: hand what is ready to the reaper, then wait. */
 	pthread_mutex_lock(&p->mu);
-	while (p->ready) {
-		struct pool_item *it = p->ready;
-		p->ready = it->next;
-		it->next = p->dead;
-		p->dead = it;
+	for (size_t i = 0; i < p->n_q; i++) {
+		struct pool_queue *q = &p->q[i];
+
+		while (q->ready) {
+			struct pool_item *it = q->ready;
+			q->ready = it->next;
+			it->next = p->dead;
+			p->dead = it;
+		}
+		q->n_ready = 0;
 	}
-	p->n_ready = 0;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->mu);
 	if (p->have_reaper)
@@ -382,6 +531,7 @@ NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
 	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->mu);
+	free(p->q);
 	free(p->image);
 	free(p->network);
 	free(p->preload);
@@ -389,13 +539,42 @@ NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *p)
 	free(p);
 }
 
+static void pool_queue_add_stats(struct nbrun_pool_stats *out, const struct pool_queue *q)
+{
+	out->size += q->size;
+	out->ready += q->n_ready;
+	out->starting += q->n_starting;
+	out->hits += q->hits;
+	out->misses += q->misses;
+	out->failures += q->failures;
+}
+
 NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_pool *p)
 {
 	if (!out || !p)
 		return NBRUN_EINVAL;
+	*out = (struct nbrun_pool_stats){ 0, 0, 0, 0, 0, 0 };
 	pthread_mutex_lock(&p->mu);
-	*out = (struct nbrun_pool_stats){ p->size, p->n_ready, p->n_starting, p->hits, p->misses,
-					  p->failures };
+	for (size_t i = 0; i < p->n_q; i++)
+		pool_queue_add_stats(out, &p->q[i]);
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+NBRUN_EXPORT int nbrun_pool_language_stats(struct nbrun_pool_stats *out, struct nbrun_pool *p,
+					   const char *language)
+{
+	const struct nbrun__language *l = language ? nbrun__language_find(language) : NULL;
+	struct pool_queue *q;
+
+	if (!out || !p || !l)
+		return NBRUN_EINVAL;
+	q = pool_queue_of(p, l);
+	if (!q)
+		return NBRUN_ENOTFOUND;
+	*out = (struct nbrun_pool_stats){ 0, 0, 0, 0, 0, 0 };
+	pthread_mutex_lock(&p->mu);
+	pool_queue_add_stats(out, q);
 	pthread_mutex_unlock(&p->mu);
 	return 0;
 }

@@ -401,9 +401,9 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 		goto out;
 	}
 	/* A warm sandbox names the run; a cold one is made for it below. */
-	/* The pool's sandboxes run Python: another language starts cold. */
-	if (run_pool(opts) && lang == nbrun__language_default())
-		r.sb = nbrun__pool_lease(run_pool(opts), ctx, opts);
+	/* A language the pool keeps no sandboxes of starts cold. */
+	if (run_pool(opts))
+		r.sb = nbrun__pool_lease(run_pool(opts), ctx, opts, lang);
 	r.warm = r.leased = r.sb != NULL;
 	if (r.sb)
 		snprintf(r.id, sizeof(r.id), "%s", r.sb->id);
@@ -440,7 +440,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	run_progress(&r, NBRUN_PHASE_CLEANUP);
 	if (run_pool(opts)) {
 		/* Removed by the pool's reaper, off the caller's path. */
-		nbrun__pool_discard(run_pool(opts), r.sb, r.leased);
+		nbrun__pool_discard(run_pool(opts), r.sb, r.leased ? lang : NULL);
 		r.sb = NULL;
 		r.leased = false;
 	} else {
@@ -462,7 +462,7 @@ out:
 		nbrun__result_write(NULL, r.job.result, r.out_fd);
 	}
 	if (r.leased)
-		nbrun__pool_discard(run_pool(opts), r.sb, true);
+		nbrun__pool_discard(run_pool(opts), r.sb, lang);
 	else
 		nbrun__sandbox_free(r.sb);
 	nbrun_result_free(r.job.result);

@@ -632,12 +632,12 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 	uint64_t deadline = clock_mono_ms() + o->timeout_ms;
 	int rc;
 
-	/* The pool's sandboxes run Python: another language starts its own. */
-	if (pool && s->lang == nbrun__language_default()) {
-		s->sb = nbrun__pool_lease(pool, ctx, o);
+	/* A language the pool keeps no sandboxes of starts its own. */
+	if (pool) {
+		s->sb = nbrun__pool_lease(pool, ctx, o, s->lang);
 		if (s->sb) {
 			/* It leaves the pool for good: its slot is free for a replacement. */
-			nbrun__pool_discard(pool, NULL, true);
+			nbrun__pool_discard(pool, NULL, s->lang);
 			s->pool = pool;
 			snprintf(s->id, sizeof(s->id), "%s", s->sb->id);
 			return 0;
@@ -744,7 +744,7 @@ NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s)
 		return;
 	if (s->sb) {
 		if (s->pool) {
-			nbrun__pool_discard(s->pool, s->sb, false);
+			nbrun__pool_discard(s->pool, s->sb, NULL);
 		} else {
 			nbrun__sandbox_bind(s->sb, &s->ctx, NULL);
 			nbrun__sandbox_free(s->sb);
