@@ -22,7 +22,8 @@ ratio against baseline A measured in the same session:
   warm        `nbrun serve --pool N` on a unix socket: spaced pool-hit runs of
               the same workloads over a kept-alive HTTP connection (request to
               the whole response), back-to-back rate at concurrency 1 and 2,
-              the server's RSS and its containers' memory
+              the server's RSS and its containers' memory; then a print(1)
+              per language as pool hits of a server with a pool of each
   runsc       (only with --only runsc) what gVisor costs: cold `nbrun run` of
               print(1) and warm pool hits of `nbrun serve --pool 1`, under the
               engine's default runtime (runc) and under `--runtime runsc`,
@@ -893,9 +894,10 @@ def proc_status(pid):
 class Server:
     """`nbrun serve --socket --state-dir --pool N` from the binary under test."""
 
-    def __init__(self, b, pool, extra=(), name="serve"):
+    def __init__(self, b, pool, extra=(), name="serve", pool_args=None):
         self.b = b
-        self.pool = pool
+        self.pool = pool  # every language's together, for wait_full
+        self.pool_args = pool_args or ["--pool", str(pool)]
         self.extra = list(extra)
         # sun_path holds 107 bytes: a long TMPDIR gets a short directory of its own.
         self.dir = os.path.join(b.work, name)
@@ -914,8 +916,8 @@ class Server:
         self.log = open(self.log_path, "wb")
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen(
-            [self.b.nbrun, "serve", "--socket", self.sock, "--state-dir", self.state,
-             "--pool", str(self.pool)] + self.extra,
+            [self.b.nbrun, "serve", "--socket", self.sock, "--state-dir", self.state]
+            + self.pool_args + self.extra,
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.b.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -1132,6 +1134,63 @@ def section_warm(b, runs, pool, sustained):
         res["leftover_containers"] = srv.leftovers
         if srv.leftovers:
             b.fail("nbrun serve", "%d container(s) left after SIGTERM" % srv.leftovers)
+        if not srv.dir.startswith(b.work):
+            shutil.rmtree(srv.dir, ignore_errors=True)
+    res["langs"] = warm_langs(b, max(1, min(runs, 5)))
+    return res
+
+
+def warm_langs(b, runs):
+    """print(1)-equivalents as pool hits of a server keeping one sandbox of each
+    language (--pool 1 --pool r=1 ...), spaced and interleaved as above, one
+    discarded per language first."""
+    langs = [wl for wl in LANG_WORKLOADS]
+    pool_args = [a for wl in langs for a in ("--pool", "%s=1" % wl["language"])]
+    srv = Server(b, len(langs), name="serve-langs", pool_args=pool_args)
+    res = {"runs": runs, "latency": {wl["label"]: [] for wl in langs},
+           "misses": {wl["label"]: 0 for wl in langs}, "fill_s": None, "leftovers": None}
+    say("warm: a pool of each language (%s); %d spaced hit(s) each"
+        % (" ".join(pool_args), runs))
+    try:
+        if not srv.start():
+            b.fail("nbrun serve (languages)", "did not start (log: %s)" % _tail(srv.log_path))
+            return res
+        tick("warm: waiting for every language's pool")
+        if srv.wait_full(timeout=900) is None:
+            b.fail("nbrun serve (languages)", "the pools did not fill: %s" % (srv.health() or {}).get("pool"))
+            return res
+        res["fill_s"] = time.monotonic() - srv.t_start
+        for i in range(runs + 1):
+            for wl in langs:
+                if srv.wait_full(timeout=900) is None:
+                    b.fail("warm %s" % wl["label"], "pool not refilled: %s" % (srv.health() or {}).get("pool"))
+                    continue
+                tick("warm %s %d/%d" % (wl["label"], i, runs) if i else "warm: warm-up %s" % wl["label"])
+                body = json.dumps({"code": wl["code"], "language": wl["language"]}).encode()
+                try:
+                    r = warm_post(srv.client, body)
+                except (OSError, http.client.HTTPException) as e:
+                    b.fail("warm %s" % wl["label"], "request failed: %s" % e)
+                    continue
+                doc = r["doc"]
+                bad = ("HTTP %d" % r["status"] if r["status"] != 200 else
+                       None if doc.get("status") == "ok" and doc.get("stdout", "").strip() == "1"
+                       and doc.get("language") == wl["language"] else
+                       "status %s, language %s, stdout %r" % (doc.get("status"), doc.get("language"),
+                                                               doc.get("stdout")))
+                if bad:
+                    b.fail("warm %s" % wl["label"], bad)
+                elif not r["warm"]:
+                    res["misses"][wl["label"]] += 1
+                elif i:
+                    del r["doc"]
+                    res["latency"][wl["label"]].append(r)
+    finally:
+        tick_done()
+        srv.stop()
+        res["leftovers"] = srv.leftovers
+        if srv.leftovers:
+            b.fail("nbrun serve (languages)", "%d container(s) left after SIGTERM" % srv.leftovers)
         if not srv.dir.startswith(b.work):
             shutil.rmtree(srv.dir, ignore_errors=True)
     return res
@@ -1406,6 +1465,22 @@ def report_warm(w, metric, targets, notes, out):
         notes.append("warm: %d spaced run(s) missed the pool and are not in the warm timings"
                      % sum(w["misses"].values()))
     out.append("")
+    wl = w.get("langs")
+    if wl and any(wl["latency"].values()):
+        out.append("== warm print(1) per language: nbrun serve with a pool of one sandbox of each "
+                   "language (Python's preloads its stack, the others only have their kernel up); "
+                   "ms from the request to the whole response")
+        rows = []
+        for lang, lat in wl["latency"].items():
+            dc = dist([r["wall_ms"] for r in lat])
+            ds = dist([r["server_ms"] for r in lat])
+            metric("warm.lang.%s.client_ms" % lang, dc, "ms", "lower", misses=wl["misses"][lang])
+            metric("warm.lang.%s.server_duration_ms" % lang, ds, "ms", "lower")
+            rows.append(dist_row("%s  client" % lang, dc, extra=["%d" % wl["misses"][lang]]))
+            rows.append(dist_row("%s  server duration_ms" % lang, ds, extra=[""]))
+        out.append(table(["language", "n", "min", "p50", "p90", "p99", "max", "misses"], rows))
+        out.append("every language's pool full %.1f s after the server started" % (wl["fill_s"] or 0))
+        out.append("")
 
     if w["sustained"]:
         out.append("== back to back: print(1) with no spacing (the pool drains; refills race the requests)")

@@ -38,7 +38,7 @@ static void mcp_help(void)
 	       "Serve the Model Context Protocol on stdin/stdout (one JSON-RPC message a line;\n"
 	       "logs on stderr) for an MCP client that starts it: tools run_python, run_code\n"
 	       "(the image's other languages) and run_notebook (each call in a fresh locked-down\n"
-	       "sandbox, Python's leased from a warm pool) and\n"
+	       "sandbox, leased from a warm pool that keeps its language) and\n"
 	       "session_open/execute/upload/download/close (a sandbox kept across calls).\n"
 	       "The same server answers at /mcp on 'nbrun serve' (Streamable HTTP).\n"
 	       "It stops at the end of its input, SIGTERM or SIGINT, cancelling running calls\n"
@@ -48,7 +48,8 @@ static void mcp_help(void)
 	       "                        these options and the standard image (every language): mcp,\n"
 	       "                        openai or anthropic tool definitions, or arguments (the\n"
 	       "                        JSON Schema of each tool's arguments); schemas/ has them\n"
-	       "  --pool N              warm sandboxes kept ready (0 to 64, default 1)\n"
+	       "  --pool N              warm Python sandboxes kept ready (0 to 64, default 1)\n"
+	       "  --pool LANG=N         also N of another language (repeatable; 64 in all)\n"
 	       "  --max-runs N          calls executing at once (default 4)\n"
 	       "  --state-dir DIR       keep runs (their images and files) under DIR/runs (nothing\n"
 	       "                        removes them); without it a private temporary directory,\n"
@@ -287,7 +288,7 @@ static void mcp_remove_state(struct serve *s)
 	*slash = '/';
 }
 
-static void mcp_start_pool(struct serve *s)
+static void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa)
 {
 	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
 	struct nbrun_run_options ro = s->opts;
@@ -297,8 +298,7 @@ static void mcp_start_pool(struct serve *s)
 		return;
 	ro.env = NULL;
 	ro.env_count = 0;
-	po.size = s->pool_size;
-	po.run = &ro;
+	serve_pool_options(&po, pa, &ro);
 	/* Without a pool every call starts cold, and says why it cannot when the engine is down. */
 	if (nbrun_pool_new(&s->pool, ctx, &po) < 0)
 		fprintf(stderr, "nbrun: mcp: no warm pool (%s); calls start their own sandbox\n",
@@ -372,6 +372,7 @@ int cmd_mcp(int argc, char **argv)
 	struct mcp_stdio io;
 	struct cli_run_args args;
 	struct serve s;
+	struct serve_pool_args pool_args;
 	struct sigaction sa;
 	const char *state_dir = NULL, *print_tools = NULL;
 	sigset_t sigs, old;
@@ -384,7 +385,7 @@ int cmd_mcp(int argc, char **argv)
 	s.runs_fd = -1;
 	s.stopping = &mcp_stopping;
 	s.max_runs = 4;
-	s.pool_size = 1;
+	serve_pool_args_init(&pool_args, 1);
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.idle, NULL);
 	pthread_mutex_init(&io.lock, NULL);
@@ -410,13 +411,8 @@ int cmd_mcp(int argc, char **argv)
 			print_tools = optarg;
 			break;
 		case OPT_POOL:
-			if (!strcmp(optarg, "0"))
-				n = 0;
-			else if (cli_parse_count(&n, optarg) < 0 || n > 64) {
-				cli_usage_error("mcp", "--pool: '%s' is not a whole number from 0 to 64", optarg);
+			if (serve_pool_arg(&pool_args, optarg, "mcp") < 0)
 				goto out;
-			}
-			s.pool_size = (unsigned int)n;
 			break;
 		case OPT_MAX_RUNS:
 			if (cli_parse_count(&n, optarg) < 0 || n > 256) {
@@ -456,6 +452,10 @@ int cmd_mcp(int argc, char **argv)
 	}
 	if (mcp_open_state(&s, state_dir, &temp) < 0 || serve_languages_init(&s, "mcp") < 0)
 		goto out;
+	if (serve_pool_check(&pool_args, &s, "mcp") < 0) {
+		ret = CLI_EXIT_USAGE;
+		goto out;
+	}
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = mcp_on_signal; /* no SA_RESTART: the read of stdin returns */
@@ -469,7 +469,7 @@ int cmd_mcp(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, &old);
 	if (s.pool_size)
-		mcp_start_pool(&s);
+		mcp_start_pool(&s, &pool_args);
 	io.m = mcp_server_new(&s);
 	io.sess = io.m ? mcp_session_new(io.m) : NULL;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

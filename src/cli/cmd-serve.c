@@ -72,10 +72,13 @@ static void serve_help(void)
 	       "  --max-runs N          runs executing at once; more get 503 (default 2 x cores)\n"
 	       "  --keep N              finished runs kept under STATE/runs (default %d)\n"
 	       "  --retention DURATION  how long a finished run is kept (default 1h)\n"
-	       "  --pool N              warm sandboxes kept started, kernel up and numpy, pandas\n"
-	       "                        and matplotlib imported; each serves one run and is then\n"
-	       "                        destroyed. A run with other limits or an env is cold.\n"
-	       "                        0: every run cold (default 2)\n"
+	       "  --pool N              warm Python sandboxes kept started, kernel up and numpy,\n"
+	       "                        pandas and matplotlib imported; each serves one run and\n"
+	       "                        is then destroyed. A run with other limits or an env is\n"
+	       "                        cold. 0: every run cold (default 2)\n"
+	       "  --pool LANG=N         also N warm sandboxes of another language (its kernel up;\n"
+	       "                        repeatable, e.g. --pool r=1 --pool bash=1); at most 64 in\n"
+	       "                        all\n"
 	       "  --max-sessions N      sessions open at once; more get 503 (default %d)\n"
 	       "  --session-idle DUR    a session unused this long is closed (default 10m)\n"
 	       "  --session-lifetime DUR  the most a session lives (default 1h)\n"
@@ -521,8 +524,85 @@ static void serve_wait_idle(struct serve *s, uint64_t ms)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* ---- --pool ------------------------------------------------------------------------ */
+
+void serve_pool_args_init(struct serve_pool_args *a, unsigned int python)
+{
+	memset(a, 0, sizeof(*a));
+	a->langs[0].language = "python";
+	a->langs[0].size = python;
+	a->n = 1;
+}
+
+int serve_pool_arg(struct serve_pool_args *a, const char *arg, const char *prog)
+{
+	const char *eq = strchr(arg, '='), *num = eq ? eq + 1 : arg, *canon = "python";
+	char name[32];
+	int64_t n;
+	size_t i;
+
+	if (strcmp(num, "0") && (cli_parse_count(&n, num) < 0 || n > 64))
+		return cli_usage_error(prog, "--pool: '%s' is not N or LANG=N, N a whole number from 0 to 64",
+				       arg), -1;
+	if (!strcmp(num, "0"))
+		n = 0;
+	if (eq) {
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - arg < 31 ? eq - arg : 31), arg);
+		canon = nbrun_language_name(name);
+		if (!canon) {
+			/* Said once the image's languages are known, as for a request. */
+			if (!a->unknown)
+				a->unknown = arg;
+			return 0;
+		}
+	}
+	for (i = 0; i < a->n && strcmp(a->langs[i].language, canon); i++)
+		;
+	if (i == SERVE_POOL_LANGUAGES)
+		return cli_usage_error(prog, "--pool: too many languages"), -1;
+	if (i == a->n)
+		a->n++;
+	a->langs[i].language = canon;
+	a->langs[i].size = (unsigned int)n;
+	return 0;
+}
+
+int serve_pool_check(struct serve_pool_args *a, struct serve *s, const char *prog)
+{
+	char why[256], name[32];
+	unsigned int total = 0;
+	size_t k = 0;
+
+	if (a->unknown) {
+		snprintf(name, sizeof(name), "%.*s", (int)(strchr(a->unknown, '=') - a->unknown), a->unknown);
+		serve_language(s, name, why, sizeof(why));
+		return cli_usage_error(prog, "--pool: %s", why), -1;
+	}
+	for (size_t i = 0; i < a->n; i++) {
+		if (!a->langs[i].size)
+			continue;
+		if (!serve_language(s, a->langs[i].language, why, sizeof(why)))
+			return cli_usage_error(prog, "--pool: %s", why), -1;
+		total += a->langs[i].size;
+		a->langs[k++] = a->langs[i]; /* only the languages with sandboxes */
+	}
+	a->n = k;
+	if (total > 64)
+		return cli_usage_error(prog, "--pool: %u warm sandboxes in all; at most 64", total), -1;
+	s->pool_size = total;
+	return 0;
+}
+
+void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_args *a,
+			const struct nbrun_run_options *ro)
+{
+	po->run = ro;
+	po->languages = a->langs;
+	po->language_count = a->n;
+}
+
 /* The warm pool: the server's run limits, no environment (a sandbox starts before its run). */
-static int serve_start_pool(struct serve *s)
+static int serve_start_pool(struct serve *s, const struct serve_pool_args *pa)
 {
 	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
 	struct nbrun_run_options ro = s->opts;
@@ -535,8 +615,7 @@ static int serve_start_pool(struct serve *s)
 	}
 	ro.env = NULL;
 	ro.env_count = 0;
-	po.size = s->pool_size;
-	po.run = &ro;
+	serve_pool_options(&po, pa, &ro);
 	rc = nbrun_pool_new(&s->pool, ctx, &po);
 	if (rc < 0)
 		cli_error("cannot start the warm pool: %s", nbrun_ctx_errmsg(ctx));
@@ -605,6 +684,7 @@ int cmd_serve(int argc, char **argv)
 	};
 	struct cli_run_args args;
 	struct serve s;
+	struct serve_pool_args pool_args;
 	struct serve_http *http = NULL;
 	const char *listen_spec = NULL, *sock_path = NULL, *token_file = NULL;
 	const char *node = NULL;
@@ -620,7 +700,7 @@ int cmd_serve(int argc, char **argv)
 	s.runs_fd = -1;
 	s.stopping = &serve_stopping;
 	s.max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
-	s.pool_size = 2;
+	serve_pool_args_init(&pool_args, 2);
 	s.keep_runs = SERVE_DEFAULT_KEEP;
 	s.retention_ms = SERVE_DEFAULT_RETENTION_MS;
 	s.max_sessions = SERVE_DEFAULT_MAX_SESSIONS;
@@ -649,13 +729,8 @@ int cmd_serve(int argc, char **argv)
 			state_dir = strdup(optarg);
 			break;
 		case OPT_POOL:
-			if (!strcmp(optarg, "0"))
-				n = 0;
-			else if (cli_parse_count(&n, optarg) < 0 || n > 64) {
-				cli_usage_error("serve", "--pool: '%s' is not a whole number from 0 to 64", optarg);
+			if (serve_pool_arg(&pool_args, optarg, "serve") < 0)
 				goto out;
-			}
-			s.pool_size = (unsigned int)n;
 			break;
 		case OPT_MAX_RUNS:
 			if (cli_parse_count(&n, optarg) < 0 || n > 4096) {
@@ -772,6 +847,14 @@ int cmd_serve(int argc, char **argv)
 		ret = CLI_EXIT_ENGINE;
 		goto out;
 	}
+	/* The image's languages, which requests and --pool may name. */
+	if (serve_languages_init(&s, "serve") < 0) {
+		cli_error("out of memory");
+		ret = CLI_EXIT_FAILED;
+		goto out;
+	}
+	if (serve_pool_check(&pool_args, &s, "serve") < 0)
+		goto out;
 	/* Usage first (nothing made), then the state directory. */
 	if (sock_path) {
 		fd = serve_listen_unix(sock_path);
@@ -792,11 +875,7 @@ int cmd_serve(int argc, char **argv)
 	if (serve_open_state(&s, state_dir) < 0 || (!token_file && serve_make_token(&s) < 0))
 		goto out;
 	serve_janitor(&s, true);
-	if (serve_languages_init(&s, "serve") < 0) {
-		cli_error("out of memory");
-		goto out;
-	}
-	if (s.pool_size && serve_start_pool(&s) < 0) {
+	if (s.pool_size && serve_start_pool(&s, &pool_args) < 0) {
 		ret = CLI_EXIT_ENGINE;
 		goto out;
 	}

@@ -878,6 +878,27 @@ out:
 	json_decref(doc);
 }
 
+/* {"python": {"size", "ready", "starting", "hits"}, ...}: the pool's languages (NULL: no pool). */
+static json_t *serve_pool_languages(struct serve *s)
+{
+	json_t *o = s->pool ? json_object() : NULL;
+	char name[32];
+
+	for (const char *p = s->languages ? s->languages : "python"; o && *p;) {
+		size_t n = strcspn(p, " ");
+		struct nbrun_pool_stats ps;
+
+		snprintf(name, sizeof(name), "%.*s", (int)(n < 31 ? n : 31), p);
+		p += n + (p[n] == ' ');
+		if (nbrun_pool_language_stats(&ps, s->pool, name) < 0)
+			continue;
+		json_object_set_new(o, name, json_pack("{s:I, s:I, s:I, s:I}", "size", (json_int_t)ps.size,
+						       "ready", (json_int_t)ps.ready, "starting",
+						       (json_int_t)ps.starting, "hits", (json_int_t)ps.hits));
+	}
+	return o;
+}
+
 void serve_api_health(struct serve_reply *reply, struct serve *s)
 {
 	struct nbrun_pool_stats ps = { s->pool_size, 0, 0, 0, 0, 0 };
@@ -895,11 +916,11 @@ void serve_api_health(struct serve_reply *reply, struct serve *s)
 	reply->status = 200;
 	/* The pool's last start failure says what is wrong with the engine or
 	 * image; it holds no secret. */
-	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s*}, s:I}",
+	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s*, s:o*}, s:I}",
 				"status", stopping ? "stopping" : "ok", "version", nbrun_version(),
 				"pool", "size", (json_int_t)ps.size, "ready", (json_int_t)ps.ready,
 				"starting", (json_int_t)ps.starting, "last_error", why[0] ? why : NULL,
-				"runs_active", (json_int_t)active);
+				"languages", serve_pool_languages(s), "runs_active", (json_int_t)active);
 }
 
 char *serve_api_metrics(struct serve *s)

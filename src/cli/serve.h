@@ -64,7 +64,7 @@ struct serve {
 	char *runs_dir;                /* STATE/runs */
 	int runs_fd;                   /* open on runs_dir */
 	char token[SERVE_TOKEN_MAX + 1];
-	unsigned int pool_size;        /* warm sandboxes kept ready; 0: every run cold */
+	unsigned int pool_size;        /* warm sandboxes kept ready, every language's; 0: every run cold */
 	unsigned int max_runs;         /* runs executing at once; beyond: 503 */
 	unsigned int keep_runs;        /* stored runs kept */
 	uint64_t retention_ms;
@@ -175,6 +175,30 @@ int serve_languages_init(struct serve *s, const char *prog);
 const char *serve_language(const struct serve *s, const char *name, char *why, size_t len);
 /* The server's languages joined by ", " (for a message), into buf. */
 const char *serve_languages_list(const struct serve *s, char *buf, size_t len);
+
+/*
+ * --pool of serve and mcp: warm sandboxes per language ("N" is Python's,
+ * "LANG=N" another's; the last given for a language wins), checked against
+ * the image's languages once those are known.
+ */
+#define SERVE_POOL_LANGUAGES 8
+struct serve_pool_args {
+	struct nbrun_pool_language langs[SERVE_POOL_LANGUAGES]; /* [0]: Python */
+	size_t n;
+	const char *unknown; /* the first name that is no language */
+};
+/* Python's n (the default); 0. */
+void serve_pool_args_init(struct serve_pool_args *a, unsigned int python);
+/* One --pool argument; 0, or -1 after a usage error of prog. */
+int serve_pool_arg(struct serve_pool_args *a, const char *arg, const char *prog);
+/*
+ * The languages of a against the server's (s->languages), the total within
+ * 64; s->pool_size is then the total. 0, or -1 after a usage error of prog.
+ */
+int serve_pool_check(struct serve_pool_args *a, struct serve *s, const char *prog);
+/* Point po at the languages of a (checked) and at the run limits ro. */
+void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_args *a,
+			const struct nbrun_run_options *ro);
 /*
  * Add "url" (prefix/PATH) to each image and file entry of a result
  * document, and "content_base64" when inline_data and the bytes fit the
