@@ -532,6 +532,17 @@ static bool fwd_client_gone(const struct fwd *f)
 	return f->client_fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/* True when the transfer ended before a connection was made: nothing was sent. */
+static bool fwd_not_connected(struct fwd *f)
+{
+	curl_off_t connect_us = 0;
+
+	if (f->rc == CURLE_COULDNT_CONNECT || f->rc == CURLE_COULDNT_RESOLVE_HOST)
+		return true;
+	return f->rc == CURLE_OPERATION_TIMEDOUT &&
+	       curl_easy_getinfo(f->e, CURLINFO_CONNECT_TIME_T, &connect_us) == CURLE_OK && connect_us == 0;
+}
+
 static ssize_t fwd_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct fwd *f = cls;
@@ -751,26 +762,42 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 	node[n] = '\0';
 	if (!strcmp(node, s->node) || !fwd_lookup(s, node, base))
 		return -ENOENT;
-	full = fwd_url(c, base, url);
-	f = full ? fwd_new(s, c, full, method, body, len) : NULL;
-	free(full);
-	if (!f) {
-		*out = fwd_error(status, 500, "internal", "out of memory");
-		return 0;
-	}
-	while (!f->head_done && !f->done) {
-		if (*s->stopping) {
-			fwd_free(f);
-			*out = fwd_error(status, 503, "busy", "the server is stopping");
+	for (int attempt = 0;; attempt++) {
+		char again[FWD_URL_MAX];
+
+		full = fwd_url(c, base, url);
+		f = full ? fwd_new(s, c, full, method, body, len) : NULL;
+		free(full);
+		if (!f) {
+			*out = fwd_error(status, 500, "internal", "out of memory");
 			return 0;
 		}
-		if (fwd_client_gone(f)) {
-			fwd_free(f); /* the owner sees the forwarded connection close */
-			return 0;    /* NULL: the connection is closed */
+		while (!f->head_done && !f->done) {
+			if (*s->stopping) {
+				fwd_free(f);
+				*out = fwd_error(status, 503, "busy", "the server is stopping");
+				return 0;
+			}
+			if (fwd_client_gone(f)) {
+				fwd_free(f); /* the owner sees the forwarded connection close */
+				return 0;    /* NULL: the connection is closed */
+			}
+			fwd_pump(f, 200);
 		}
-		fwd_pump(f, 200);
-	}
-	if (!f->head_done) {
+		if (f->head_done)
+			break;
+		/*
+		 * A node of --peers-dns that came back has a new address: asked
+		 * again once when nothing was sent (no connection was made).
+		 */
+		if (attempt == 0 && s->peers->dns_host && fwd_not_connected(f)) {
+			fwd_refresh(s);
+			if (fwd_lookup(s, node, again) && strcmp(again, base)) {
+				memcpy(base, again, sizeof(base));
+				fwd_free(f);
+				continue;
+			}
+		}
 		*out = fwd_error(status, 502, "node_gone", "session %.96s's node %s does not answer: %s", id,
 				 node, f->err[0] ? f->err : curl_easy_strerror(f->rc));
 		fwd_free(f);

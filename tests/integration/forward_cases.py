@@ -30,11 +30,11 @@ OTHER = "second-tenant-token-0123456789abcdef"
 class Node:
     """nbrun serve --node NAME on 127.0.0.1:port, peers given as {name: port}."""
 
-    def __init__(self, name, port, peers, tmp, state=None):
-        self.name, self.port, self.tmp = name, port, tmp
+    def __init__(self, name, port, peers, tmp, state=None, host="127.0.0.1", extra=()):
+        self.name, self.port, self.tmp, self.host = name, port, tmp, host
         self.state = state or os.path.join(tmp, "state-" + name)
-        args = [NBRUN, "serve", "--node", name, "--listen", "127.0.0.1:%d" % port, "--pool", "0",
-                "--state-dir", self.state, "--token-file", os.path.join(tmp, "tokens")]
+        args = [NBRUN, "serve", "--node", name, "--listen", "%s:%d" % (host, port), "--pool", "0",
+                "--state-dir", self.state, "--token-file", os.path.join(tmp, "tokens")] + list(extra)
         for peer, pport in peers.items():
             args += ["--peer", "%s=http://127.0.0.1:%d" % (peer, pport)]
         if os.environ.get("NBRUN_TEST_IMAGE"):
@@ -57,7 +57,7 @@ class Node:
 
     def call(self, method, path, body=None, token=TOKEN, headers=None, timeout=300):
         """(status, body bytes, headers) of one request."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         h = dict(headers or {})
         if token:
             h["Authorization"] = "Bearer " + token
@@ -94,7 +94,7 @@ class Stream:
 
     def __init__(self, node, sid, code):
         self.lines = []
-        self.conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=300)
+        self.conn = http.client.HTTPConnection(node.host, node.port, timeout=300)
         self.conn.connect()
         self.sock = self.conn.sock
         self.conn.request("POST", "/v1/sessions/%s/execute" % sid, body=json.dumps({"code": code}).encode(),
@@ -126,10 +126,14 @@ class Stream:
         self.conn.close()
 
 
-def two_nodes(tmp):
+def write_tokens(tmp):
     with open(os.path.join(tmp, "tokens"), "w") as f:
         f.write(TOKEN + "\n" + OTHER + "\n")
     os.chmod(os.path.join(tmp, "tokens"), 0o600)
+
+
+def two_nodes(tmp):
+    write_tokens(tmp)
     pa, pb = free_port(), free_port()
     # The same peer list on every node, itself included, as a stack file gives it.
     peers = {"a": pa, "b": pb}
@@ -274,6 +278,37 @@ def case_forward():
         left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=nbrun.pid=%d" % n.proc.pid],
                               capture_output=True, text=True).stdout.split()
         check(not left, "node %s left containers %r" % (n.name, left))
+
+
+def case_dns():
+    # --peers-dns: each node learns the other's name from the address it
+    # resolves to (one port for every node, as in Swarm's tasks.SERVICE).
+    tmp = tempfile.mkdtemp(prefix="nbrun-forward-")
+    write_tokens(tmp)
+    port = free_port()
+    a = b = None
+    try:
+        a = Node("a", port, {}, tmp, host="127.0.0.1", extra=["--peers-dns", "127.0.0.2:%d" % port])
+        b = Node("b", port, {}, tmp, host="127.0.0.2", extra=["--peers-dns", "127.0.0.1:%d" % port])
+        st, doc = b.json("POST", "/v1/sessions", {})
+        check(st == 201 and doc["id"].startswith("b~"), "open on b: %d %r" % (st, doc))
+        sid = doc["id"]
+        st, d = a.json("POST", "/v1/sessions/%s/execute" % sid, {"code": "x = 6 * 7"})
+        check(st == 200 and d["status"] == "ok", "execute via a: %d %r\n%s" % (st, d, a.stderr()[-1500:]))
+        st, d = b.json("POST", "/v1/sessions/%s/execute" % sid, {"code": "print(x)"})
+        check(st == 200 and d["stdout"] == "42\n", "state on b: %d %r" % (st, d))
+        st, lst = a.json("GET", "/v1/sessions")
+        check(st == 200 and [(x["id"], x["node"]) for x in lst["sessions"]] == [(sid, "b")] and
+              lst["unreachable"] == [], "list via a: %r" % lst)
+        st, doc = a.json("GET", "/v1/sessions/zz~" + hex_part(sid))
+        check(st == 404 and doc["kind"] == "not_found", "an unknown node via a: %d %r" % (st, doc))
+        st, doc = a.json("DELETE", "/v1/sessions/" + sid)
+        check(st == 200 and doc["closed"] is True, "DELETE via a: %d %r" % (st, doc))
+        gone(sid)
+    finally:
+        for n in (a, b):
+            if n:
+                n.stop()
 
 
 def case_usage():
