@@ -50,6 +50,8 @@ struct batch {
 	struct job *jobs;
 	size_t n, next, running, done;
 	size_t counts[NBRUN_STATUS_FAILED + 1];
+	char **servers; /* --server URL[,URL...]: attempts go round them */
+	size_t nservers, next_server;
 	bool engine_failed, fail_fast, tty, stop;
 	struct nbrun_run_options opts;
 	struct cli_remote remote; /* with remote.server: each notebook sent there */
@@ -83,7 +85,9 @@ static void batch_help(void)
 	       "  --json                print report.json instead of the summary table\n"
 	       "  -q, --quiet           no live progress on a terminal\n"
 	       "  --server URL          send each notebook to an nbrun serve (http://HOST:PORT or\n"
-	       "                        unix:/path, or NBRUN_SERVER); the limits are the server's\n"
+	       "                        unix:/path, or NBRUN_SERVER); the limits are the server's;\n"
+	       "                        URL,URL,... several servers (one per node, say): the\n"
+	       "                        notebooks go round them, a retry to another one\n"
 	       "  --token-file FILE     bearer token (else NBRUN_TOKEN, NBRUN_TOKEN_FILE, then\n"
 	       "                        the token file of a server on this machine)\n"
 	       "  --retries N           with --server: send a notebook again, at most N times\n"
@@ -200,6 +204,42 @@ static bool batch_retryable(CURLcode cc, long status, const json_t *doc)
 	return status == 200 && !json_object_get(doc, "status") && !json_object_get(doc, "error");
 }
 
+/*
+ * The server of an attempt: the next one round the list, not the one that
+ * just failed when there are others.
+ */
+static const char *batch_server(struct batch *b, const char *failed)
+{
+	const char *s;
+
+	do {
+		s = b->servers[__atomic_fetch_add(&b->next_server, 1, __ATOMIC_RELAXED) % b->nservers];
+	} while (failed && b->nservers > 1 && !strcmp(s, failed));
+	return s;
+}
+
+/* --server URL,URL,...: no empty one. */
+static int batch_split_servers(struct batch *b, const char *list)
+{
+	const char *p = list, *comma;
+
+	for (;;) {
+		char **grown = realloc(b->servers, (b->nservers + 1) * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		b->servers = grown;
+		comma = strchr(p, ',');
+		b->servers[b->nservers] = comma ? strndup(p, (size_t)(comma - p)) : strdup(p);
+		if (!b->servers[b->nservers])
+			return -ENOMEM;
+		if (!*b->servers[b->nservers++])
+			return -EINVAL;
+		if (!comma)
+			return 0;
+		p = comma + 1;
+	}
+}
+
 /* Seconds to wait before attempt n (1, 2, 4 ... at most 30). */
 static void batch_backoff(unsigned int n)
 {
@@ -237,6 +277,7 @@ static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, c
 		remote_close(r);
 		json_decref(doc);
 		doc = NULL;
+		a.server = batch_server(b, n ? a.server : NULL);
 		if (remote_open(&r, a.server, a.token_file, &batch_interrupted)) {
 			snprintf(err, errlen, "cannot use the server %s", a.server);
 			break;
@@ -831,6 +872,14 @@ int cmd_batch(int argc, char **argv)
 		b.remote.cancel = &batch_interrupted;
 		b.remote.timeout_ms = timeout_set ? args.opts.timeout_ms : 0;
 		b.retries = (unsigned int)retries;
+		int split = batch_split_servers(&b, server);
+		if (split == -EINVAL) {
+			ret = cli_usage_error("batch", "--server: an empty URL in '%s'", server);
+			goto out;
+		} else if (split < 0) {
+			cli_error("out of memory");
+			goto out;
+		}
 		curl_global_init(CURL_GLOBAL_DEFAULT);
 	}
 	b.tty = !quiet && isatty(STDERR_FILENO);
@@ -904,6 +953,9 @@ out:
 	cli_run_args_free(&args);
 	pthread_mutex_destroy(&b.lock);
 	pthread_cond_destroy(&b.changed);
+	for (size_t i = 0; i < b.nservers; i++)
+		free(b.servers[i]);
+	free(b.servers);
 	if (b.remote.server)
 		curl_global_cleanup();
 	return ret;

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +25,10 @@
 /* One output fetched by url: the server's export caps are 256 MiB in all. */
 #define REMOTE_FETCH_MAX (256ull << 20)
 #define REMOTE_INPUTS_MAX (48u << 20)
+/* A peer that answers nothing is found after IDLE + INTERVAL x PROBES seconds. */
+#define REMOTE_KEEPALIVE_IDLE_S 15
+#define REMOTE_KEEPALIVE_INTERVAL_S 5
+#define REMOTE_KEEPALIVE_PROBES 4
 
 struct remote {
 	const char *server;
@@ -85,6 +91,23 @@ static int remote_progress(void *payload, curl_off_t a, curl_off_t b, curl_off_t
 {
 	const struct remote *r = payload;
 	return r->cancel && *r->cancel ? 1 : 0;
+}
+
+/*
+ * A server that went away without a word (its machine or container killed,
+ * a Swarm node gone: nothing answers, not even a reset) leaves a streamed
+ * run waiting on a quiet connection for ever. TCP keepalives find it: 15 s
+ * quiet, then a probe every 5 s, given up after 4 unanswered (about 35 s).
+ * A live server answers the probes itself however long a cell computes.
+ */
+static int remote_sockopt(void *payload, curl_socket_t fd, curlsocktype purpose)
+{
+	int cnt = REMOTE_KEEPALIVE_PROBES;
+
+	(void)payload;
+	if (purpose == CURLSOCKTYPE_IPCXN)
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)); /* unix sockets refuse it */
+	return CURL_SOCKOPT_OK;
 }
 
 /* The token: --token-file, NBRUN_TOKEN, NBRUN_TOKEN_FILE, then STATE/token of a local server. */
@@ -170,6 +193,10 @@ static int remote_setup(struct remote *r)
 	curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(r->curl, CURLOPT_CONNECTTIMEOUT, 10L);
+	curl_easy_setopt(r->curl, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_TCP_KEEPIDLE, (long)REMOTE_KEEPALIVE_IDLE_S);
+	curl_easy_setopt(r->curl, CURLOPT_TCP_KEEPINTVL, (long)REMOTE_KEEPALIVE_INTERVAL_S);
+	curl_easy_setopt(r->curl, CURLOPT_SOCKOPTFUNCTION, remote_sockopt);
 	curl_easy_setopt(r->curl, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(r->curl, CURLOPT_XFERINFOFUNCTION, remote_progress);
 	curl_easy_setopt(r->curl, CURLOPT_XFERINFODATA, r);
