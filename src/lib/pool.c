@@ -407,7 +407,8 @@ static void pool_queues_spec(struct nbrun_pool *p)
 
 		nbrun__run_sandbox_spec(&q->spec, &p->run);
 		q->spec.image = p->image;
-		q->spec.kernel = q->lang->kernel;
+		/* Python's sandboxes are made as they always were: the agent's default kernel. */
+		q->spec.kernel = q->lang == nbrun__language_default() ? NULL : q->lang->kernel;
 		q->spec.preload = q->lang == nbrun__language_default() ? p->preload : NULL;
 	}
 }
