@@ -38,7 +38,7 @@ static void mcp_help(void)
 	       "Serve the Model Context Protocol on stdin/stdout (one JSON-RPC message a line;\n"
 	       "logs on stderr) for an MCP client that starts it: tools run_python, run_code\n"
 	       "(the image's other languages) and run_notebook (each call in a fresh locked-down\n"
-	       "sandbox, leased from a warm pool that keeps its language) and\n"
+	       "sandbox, from the warm pool when it keeps the call's language) and\n"
 	       "session_open/execute/upload/download/close (a sandbox kept across calls).\n"
 	       "The same server answers at /mcp on 'nbrun serve' (Streamable HTTP).\n"
 	       "It stops at the end of its input, SIGTERM or SIGINT, cancelling running calls\n"
