@@ -63,6 +63,7 @@ struct serve_peers {
 	char dns_port[8];
 	pthread_mutex_t refresh_mu;  /* one resolution at a time */
 	uint64_t refreshed_ms;
+	uint64_t resolved_ms;        /* the last answer of the name's resolution */
 };
 
 /* ---- configuration ------------------------------------------------------------------- */
@@ -318,6 +319,7 @@ static void fwd_refresh(struct serve *s)
 	p->refreshed_ms = clock_mono_ms();
 	if (getaddrinfo(p->dns_host, p->dns_port, &hints, &res) != 0)
 		goto out;
+	p->resolved_ms = clock_mono_ms();
 	g = calloc(64, sizeof(*g));
 	for (ai = res; g && ai && n < 64; ai = ai->ai_next) {
 		char ip[INET6_ADDRSTRLEN] = "";
@@ -332,6 +334,13 @@ static void fwd_refresh(struct serve *s)
 		buf_init(&g[n].body, FWD_HEALTH_MAX);
 		n++;
 	}
+	/* The nodes learnt before whose address is still in the answer are current. */
+	pthread_mutex_lock(&p->mu);
+	for (size_t k = 0; k < p->n; k++)
+		for (size_t i = 0; p->v[k].learnt && i < n; i++)
+			if (!strcmp(p->v[k].url, g[i].url))
+				p->v[k].seen_ms = clock_mono_ms();
+	pthread_mutex_unlock(&p->mu);
 	for (size_t i = 0; i < n; i++) {
 		size_t len = strlen(g[i].url);
 		snprintf(g[i].url + len, sizeof(g[i].url) - len, "/v1/health");
@@ -836,11 +845,16 @@ json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *se
 	struct fwd_get *g = NULL;
 	char (*names)[SERVE_NODE_MAX + 1] = NULL;
 	size_t n = 0;
+	uint64_t resolved = 0;
 
 	if (!p || !unreachable || serve_forwarded(c))
 		return unreachable;
-	if (p->dns_host)
+	if (p->dns_host) {
 		fwd_refresh(s);
+		pthread_mutex_lock(&p->refresh_mu);
+		resolved = p->resolved_ms;
+		pthread_mutex_unlock(&p->refresh_mu);
+	}
 	g = calloc(FWD_PEERS_MAX, sizeof(*g));
 	names = calloc(FWD_PEERS_MAX, sizeof(*names));
 	snprintf(line, sizeof(line), "Authorization: %s", auth ? auth : "");
@@ -851,7 +865,8 @@ json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *se
 	hdrs = l;
 	pthread_mutex_lock(&p->mu);
 	for (size_t i = 0; i < p->n; i++) {
-		if (!strcmp(p->v[i].name, s->node))
+		/* A node that left the DNS answer is no longer asked (nor named). */
+		if (!strcmp(p->v[i].name, s->node) || (p->v[i].learnt && p->v[i].seen_ms < resolved))
 			continue;
 		snprintf(g[n].url, sizeof(g[n].url), "%s/v1/sessions", p->v[i].url);
 		memcpy(names[n], p->v[i].name, sizeof(names[n]));
