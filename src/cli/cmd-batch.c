@@ -56,6 +56,7 @@ struct batch {
 	struct nbrun_run_options opts;
 	struct cli_remote remote; /* with remote.server: each notebook sent there */
 	unsigned int retries;
+	char id[33]; /* with a server: random, the start of each notebook's Idempotency-Key */
 	char *out_dir;
 	FILE *jsonl;
 	pthread_mutex_t lock;
@@ -92,7 +93,9 @@ static void batch_help(void)
 	       "                        the token file of a server on this machine)\n"
 	       "  --retries N           with --server: send a notebook again, at most N times\n"
 	       "                        (default 2), when its server went away before answering\n"
-	       "                        (no reply, a reset, 502-504); each retry is in the report\n"
+	       "                        (no reply, a reset, 502-504); each retry is in the report;\n"
+	       "                        the same Idempotency-Key on each: a run that completed\n"
+	       "                        is answered again, not run twice\n"
 	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
 	       "tagged parameters, or first; -y, then -p, then -r win, as in papermill):\n"
 	       "  -p, --param NAME VALUE  typed as papermill types it: True, False, None, what\n"
@@ -255,8 +258,8 @@ static void batch_backoff(unsigned int n)
  * cancels it where it ran: no attempt but the last goes on to its end.
  * The result document (outputs saved below dir), or NULL with err set.
  */
-static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, const char *dir,
-				json_t *attempts, char *err, size_t errlen, int *lib_err)
+static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, const char *key,
+				const char *dir, json_t *attempts, char *err, size_t errlen, int *lib_err)
 {
 	struct cli_remote a = b->remote;
 	struct remote *r = NULL;
@@ -282,7 +285,7 @@ static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, c
 			snprintf(err, errlen, "cannot use the server %s", a.server);
 			break;
 		}
-		cc = remote_post_run_streamed(r, body, &doc, &status);
+		cc = remote_post_run_streamed(r, body, key, &doc, &status);
 		if (cc == CURLE_OK && status == 200 && json_object_get(doc, "status"))
 			break;
 		if (!batch_retryable(cc, status, doc) || n >= b->retries) {
@@ -348,8 +351,12 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 		}
 	}
 	if (b->remote.server) {
-		result = batch_run_remote(b, injected ? injected : text, len, dir, attempts, err, sizeof(err),
-					  lib_err);
+		/* The same key on every attempt: the server runs the notebook once. */
+		char key[REMOTE_KEY_MAX + 1];
+
+		remote_batch_key(key, b->id, (size_t)(job - b->jobs), job->path, params);
+		result = batch_run_remote(b, injected ? injected : text, len, key, dir, attempts, err,
+					  sizeof(err), lib_err);
 		goto done;
 	}
 	rc = nbrun_run_notebook(&res, ctx, injected ? injected : text, len, &opts);
@@ -863,6 +870,10 @@ int cmd_batch(int argc, char **argv)
 	b.opts = args.opts;
 	b.opts.cancel = &batch_interrupted;
 	if (server) {
+		if (remote_random_hex(b.id, 16) < 0) {
+			cli_error("cannot make the batch's id: %s", strerror(errno));
+			goto out;
+		}
 		b.remote.server = server;
 		b.remote.token_file = token_file;
 		b.remote.files = args.files;

@@ -938,6 +938,7 @@ out:
 	mcp_server_free(s.mcp);
 	/* Every session's sandbox is removed before the server exits. */
 	serve_sessions_stop(&s);
+	serve_idem_free(&s);
 	for (size_t i = 0; i < s.n_tenant_tokens; i++)
 		free(s.tenant_tokens[i]);
 	free(s.tenant_tokens);

@@ -10,8 +10,11 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "buf.h"
 #include "path.h"
@@ -217,16 +220,44 @@ out:
 	return rc;
 }
 
-CURLcode remote_call(struct remote *r, const char *method, const char *path, const char *body,
-		     size_t body_len, struct remote_sink *sink, long timeout_ms, long *status)
+/* Append line to *list; false when out of memory (*list stays whole). */
+static bool remote_append(struct curl_slist **list, const char *line)
 {
-	char *url = NULL;
-	CURLcode cc;
+	struct curl_slist *l = curl_slist_append(*list, line);
+
+	if (l)
+		*list = l;
+	return l != NULL;
+}
+
+/* One request, with an Idempotency-Key header when key is set. */
+static CURLcode remote_perform(struct remote *r, const char *method, const char *path,
+			       const char *body, size_t body_len, struct remote_sink *sink,
+			       long timeout_ms, const char *key, long *status)
+{
+	struct curl_slist *headers = sink->on_line ? r->headers_ndjson : r->headers, *keyed = NULL;
+	char *url = NULL, *h = NULL;
+	CURLcode cc = CURLE_OUT_OF_MEMORY;
 
 	*status = 0;
 	r->errbuf[0] = '\0';
-	if (asprintf(&url, "%s%s", r->base, path) < 0)
-		return CURLE_OUT_OF_MEMORY;
+	if (key) {
+		/* the connection's headers and the key, for this request only */
+		if (asprintf(&h, "Idempotency-Key: %s", key) < 0) {
+			h = NULL;
+			goto out;
+		}
+		for (const struct curl_slist *l = headers; l; l = l->next)
+			if (!remote_append(&keyed, l->data))
+				goto out;
+		if (!remote_append(&keyed, h))
+			goto out;
+		headers = keyed;
+	}
+	if (asprintf(&url, "%s%s", r->base, path) < 0) {
+		url = NULL;
+		goto out;
+	}
 	curl_easy_setopt(r->curl, CURLOPT_URL, url);
 	if (body) {
 		curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
@@ -237,16 +268,27 @@ CURLcode remote_call(struct remote *r, const char *method, const char *path, con
 	/* POST and GET are curl's own for a body or none; others are named */
 	curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST,
 			 strcmp(method, "GET") && strcmp(method, "POST") ? method : NULL);
-	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, sink->on_line ? r->headers_ndjson : r->headers);
+	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, sink);
 	cc = curl_easy_perform(r->curl);
 	if (cc == CURLE_OK)
 		curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, status);
+	/* the handle is used again: it must not keep a list freed below */
+	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
+out:
 	if (!r->errbuf[0])
 		snprintf(r->errbuf, sizeof(r->errbuf), "%s", curl_easy_strerror(cc));
+	curl_slist_free_all(keyed);
+	free(h);
 	free(url);
 	return cc;
+}
+
+CURLcode remote_call(struct remote *r, const char *method, const char *path, const char *body,
+		     size_t body_len, struct remote_sink *sink, long timeout_ms, long *status)
+{
+	return remote_perform(r, method, path, body, body_len, sink, timeout_ms, NULL, status);
 }
 
 /* One request; *status is 0 when no HTTP reply came (message in r->errbuf). */
@@ -589,7 +631,8 @@ static void remote_last_line(const char *line, size_t len, void *payload)
 	*last = v;
 }
 
-CURLcode remote_post_run_streamed(struct remote *r, const char *body, json_t **doc, long *status)
+CURLcode remote_post_run_streamed(struct remote *r, const char *body, const char *key, json_t **doc,
+				  long *status)
 {
 	struct buf tail = BUF_INIT(REMOTE_REPLY_MAX);
 	struct remote_sink sink = { .mem = &tail, .fd = -1, .max = UINT64_MAX,
@@ -597,11 +640,46 @@ CURLcode remote_post_run_streamed(struct remote *r, const char *body, json_t **d
 	CURLcode cc;
 
 	*doc = NULL;
-	cc = remote_call(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, status);
+	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, key, status);
 	if (tail.len)
 		remote_last_line(tail.data, tail.len, doc); /* an error reply has no final newline */
 	buf_free(&tail);
 	return cc;
+}
+
+int remote_random_hex(char *out, size_t n)
+{
+	unsigned char raw[64];
+
+	if (n > sizeof(raw)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (getrandom(raw, n, 0) != (ssize_t)n)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	out[2 * n] = '\0';
+	return 0;
+}
+
+void remote_batch_key(char out[REMOTE_KEY_MAX + 1], const char *batch_id, size_t index,
+		      const char *path, const char *params)
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned char d[32];
+	unsigned int len = 0;
+	char hex[17] = "0";
+
+	/* path and parameters (a NUL between) tell a reordered or edited list apart */
+	if (md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+	    EVP_DigestUpdate(md, path, strlen(path) + 1) == 1 &&
+	    EVP_DigestUpdate(md, params ? params : "", params ? strlen(params) : 0) == 1 &&
+	    EVP_DigestFinal_ex(md, d, &len) == 1 && len == 32)
+		for (size_t i = 0; i < 8; i++)
+			snprintf(hex + 2 * i, 3, "%02x", d[i]);
+	EVP_MD_CTX_free(md);
+	snprintf(out, REMOTE_KEY_MAX + 1, "batch:%.64s:%zu:%s", batch_id, index, hex);
 }
 
 int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *out_dir)
@@ -658,7 +736,7 @@ int cli_remote_run(const struct cli_remote *a)
 	struct remote *r = NULL;
 	struct buf reply = BUF_INIT(REMOTE_REPLY_MAX);
 	struct remote_sink sink = { .mem = &reply, .fd = -1, .max = REMOTE_REPLY_MAX };
-	char *body = NULL, *out_dir = NULL;
+	char *body = NULL, *out_dir = NULL, key[40] = "run:";
 	const char *run_id, *status_name;
 	json_t *doc = NULL;
 	enum nbrun_status st;
@@ -684,7 +762,12 @@ int cli_remote_run(const struct cli_remote *a)
 	body = remote_body(a, &ret);
 	if (!body)
 		goto out;
-	cc = remote_request(r, "/v1/runs", body, &sink, 0, &status);
+	/* A key of its own: should the request reach the server twice, it runs once. */
+	if (remote_random_hex(key + 4, 16) < 0) {
+		cli_error("cannot make an Idempotency-Key: %s", strerror(errno));
+		goto out;
+	}
+	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, key, &status);
 	if (cc != CURLE_OK) {
 		if (a->cancel && *a->cancel) {
 			cli_error("interrupted (the server finishes the run on its own)");

@@ -395,6 +395,11 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", h->s->state_dir);
 	if (serve_request_parse(&req, &reply, h->s, sc->body.data ? sc->body.data : "", sc->body.len,
 				tmp_root) == 0) {
+		if (serve_request_key(&req, &reply, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key"),
+				      sc->body.data ? sc->body.data : "", sc->body.len) < 0) {
+			serve_request_free(&req);
+			return serve_send(c, &reply, method, url, sc);
+		}
 		buf_free(&sc->body); /* the files are on disk now */
 		serve_owner_of(req.owner, h, sc->tenant);
 		if (serve_wants_ndjson(c)) {

@@ -35,6 +35,15 @@
 #define SERVE_DEFAULT_PORT 8411
 #define SERVE_DEFAULT_RETENTION_MS (3600u * 1000u)
 #define SERVE_DEFAULT_KEEP 1000
+/*
+ * Idempotency-Key of POST /v1/runs: 1 to SERVE_IDEM_KEY_MAX characters of
+ * [A-Za-z0-9._:/-]; at most SERVE_IDEM_MAX keys remembered (the oldest
+ * finished one forgotten first). A waiter on a key whose run is executing
+ * gives up SERVE_IDEM_GRACE_MS after that run's timeout (409).
+ */
+#define SERVE_IDEM_KEY_MAX 128
+#define SERVE_IDEM_MAX 10000
+#define SERVE_IDEM_GRACE_MS (120u * 1000u)
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
 /* A node name: 1 to 63 of A-Z a-z 0-9 . _ - (a session id is NODE~ID). */
@@ -98,7 +107,11 @@ struct serve {
 	const volatile sig_atomic_t *stopping;
 
 	pthread_mutex_t lock; /* guards what follows */
-	pthread_cond_t idle;  /* signalled when runs_active drops */
+	pthread_cond_t idle;  /* signalled when runs_active drops, and when a keyed run ends */
+	/* The Idempotency-Keys of runs (serve-api.c): n_idem slots, free ones reused. */
+	struct serve_idem *idem;
+	size_t n_idem, idem_alloc;
+	uint64_t idem_seq;
 	unsigned int runs_active;
 	unsigned int posts_open; /* POST /v1/runs not yet answered in full */
 	struct serve_metrics m;
@@ -126,6 +139,9 @@ struct serve_request {
 	/* Who may read the kept run: the hex SHA-256 of the sender's token ("" for
 	 * runs of the first token), written to the run's .owner. */
 	char owner[65];
+	/* The Idempotency-Key header ("" when none) and the SHA-256 of the body it came with. */
+	char idem_key[SERVE_IDEM_KEY_MAX + 1];
+	unsigned char idem_body[32];
 };
 
 /* HTTP-ish outcome of an API call: status code and a JSON body. */
@@ -140,6 +156,14 @@ struct serve_reply {
 int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 			const char *body, size_t len, const char *tmp_root);
 void serve_request_free(struct serve_request *req);
+/*
+ * Keep a POST /v1/runs' Idempotency-Key header (key; NULL: none) on req,
+ * with a digest of the body it came with. 0, or -1 with a 400 in err.
+ */
+int serve_request_key(struct serve_request *req, struct serve_reply *err, const char *key,
+		      const char *body, size_t len);
+/* Forget every Idempotency-Key (at exit). */
+void serve_idem_free(struct serve *s);
 /* Execute a parsed request and fill the reply (200 + result document, or an error). */
 void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
 /* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */

@@ -412,6 +412,122 @@ def case_server_retry():
         len(e["retries"]), "y" if len(e["retries"]) == 1 else "ies")
 
 
+class CutProxy:
+    """Loopback TCP to the server's unix socket; the first POST /v1/runs gets its
+    reply read whole from the server (the run is over), then only the reply's
+    head, and the connection closed: a reply cut after the server finished."""
+
+    def __init__(self, sock):
+        import socket
+        import threading
+        self.upstream, self.first, self.posts = sock, None, 0
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = self.lsock.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        import socket
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, body = data.split(b"\r\n\r\n", 1)
+            n = 0
+            for line in head.split(b"\r\n")[1:]:
+                k, _, v = line.partition(b":")
+                if k.strip().lower() == b"content-length":
+                    n = int(v)
+            while len(body) < n:
+                body += c.recv(65536)
+            # The server closes after its reply: the relay knows where a reply ends.
+            lines = [l for l in head.split(b"\r\n") if not l.lower().startswith(b"connection:")]
+            u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            u.connect(self.upstream)
+            u.sendall(b"\r\n".join(lines + [b"Connection: close"]) + b"\r\n\r\n" + body)
+            post = head.startswith(b"POST /v1/runs ")
+            if post:
+                self.posts += 1
+            reply = b""
+            while True:
+                chunk = u.recv(65536)
+                if not chunk:
+                    break
+                if post and self.posts > 1:
+                    c.sendall(chunk)
+                reply += chunk
+            u.close()
+            if post and self.posts == 1:
+                self.first = reply
+                c.sendall(reply.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n")
+            elif not post:
+                c.sendall(reply)
+        finally:
+            c.close()
+
+
+def case_server_retry_key():
+    """A reply cut after the server finished: the retry gets that run's result, nothing runs twice."""
+    import re
+    from serve_cases import EngineCreates
+    tmp = tempfile.mkdtemp(prefix="nbrun-batch-key-")
+    sock, state = os.path.join(tmp, "s.sock"), os.path.join(tmp, "state")
+    log = open(os.path.join(tmp, "serve.log"), "w+")
+    token = "batch-key-" + os.urandom(16).hex()
+    with open(os.path.join(tmp, "token"), "w") as f:
+        f.write(token + "\n")
+    srv = subprocess.Popen([NBRUN, "serve", "--state-dir", state, "--socket", sock, "--pool", "0",
+                            "--token-file", os.path.join(tmp, "token"), "--timeout", "10m"],
+                           stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 30
+        while "nbrun: serve: state in" not in open(log.name).read():
+            check(srv.poll() is None and time.time() < deadline, "serve did not start")
+            time.sleep(0.05)
+        made = EngineCreates(srv.pid)
+        proxy = CutProxy(sock)
+        nb = notebook(os.path.join(tmp, "rand.ipynb"), "import random\nprint(random.random())")
+        b = subprocess.run([NBRUN, "batch", "--json", "--server", "http://127.0.0.1:%d" % proxy.port,
+                            "--retries", "2", "-o", os.path.join(tmp, "out"), nb], capture_output=True,
+                           text=True, timeout=600, env=dict(os.environ, NBRUN_TOKEN=token))
+        check(b.returncode == 0, "batch: exit %d: %s\n%s" % (b.returncode, b.stderr, b.stdout[-3000:]))
+        report = json.loads(b.stdout)
+        validate_report(report)
+        e = report["notebooks"][0]
+        first = re.search(rb'"run_id":"([0-9a-f]+)"', proxy.first or b"")
+        check(first, "the first reply had no result: %r" % (proxy.first or b"")[-500:])
+        check(proxy.posts == 2 and len(e.get("retries", [])) == 1, "posts %d, retries %r" % (proxy.posts, e.get("retries")))
+        check(e["status"] == "ok" and e["result"]["run_id"] == first.group(1).decode(),
+              "the retry ran again: %r, the first was %s" % (e["result"], first.group(1)))
+        with open(os.path.join(e["out_dir"], "result.json")) as f:
+            check(json.load(f)["stdout"] == e["result"]["stdout"], "saved result differs")
+        # The server and the engine agree: one run, one container.
+        mtext = subprocess.run(["curl", "-sS", "--unix-socket", sock, "-H", "Authorization: Bearer " + token,
+                                "http://localhost/metrics"], capture_output=True, text=True, timeout=60).stdout
+        check('nbrun_runs_total{status="ok"} 1\n' in mtext, "runs: %s" % mtext[:600])
+        n = made.count()
+        check(n == 1, "containers created: %d, want 1" % n)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+        log.close()
+    return "first reply cut after the run ended: 1 retry recorded, its answer the first run (%s), 1 container" % first.group(1).decode()
+
+
 def case_usage():
     for args in (["-j", "0", "x.ipynb"], [], ["-p", "onlyname"], ["-y", "[1]", "x.ipynb"],
                  ["--timeout", "0", "x.ipynb"]):

@@ -696,6 +696,116 @@ def case_disk_full():
         os.rmdir(mnt)
 
 
+class EngineCreates:
+    """The containers the engine creates for server pid from now on, as its event
+    stream says them (a stream: the engine keeps only its last 256 events for a
+    query after the fact, and other tests make many)."""
+
+    def __init__(self, pid):
+        import http.client
+        import threading
+        self.ids = []
+        f = urllib.parse.quote(json.dumps({"type": ["container"], "event": ["create"],
+                                           "label": ["nbrun.pid=%d" % pid]}))
+        self.conn = http.client.HTTPConnection("localhost")
+        self.conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.conn.sock.connect("/var/run/docker.sock")
+        self.conn.request("GET", "/events?filters=" + f)
+        self.resp = self.conn.getresponse()
+        check(self.resp.status == 200, "engine events: %d" % self.resp.status)
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        try:
+            for line in self.resp:
+                if line.strip():
+                    self.ids.append(json.loads(line)["id"])
+        except (OSError, ValueError):
+            pass
+
+    def count(self):
+        time.sleep(2)  # an event may trail the reply that the run made
+        return len(set(self.ids))
+
+
+def case_idempotency_key():
+    """A key sent again answers its run's result: one run, one container; per tenant."""
+    tmp = tempfile.mkdtemp(prefix="nbrun-idem-")
+    tokens = ["idem-first-" + os.urandom(16).hex(), "idem-second-" + os.urandom(16).hex()]
+    with open(os.path.join(tmp, "tokens"), "w") as f:
+        f.write("\n".join(tokens) + "\n")
+    # A loaded machine may take minutes for a run: a deadline no run here meets by accident.
+    s = Server(extra=["--token-file", os.path.join(tmp, "tokens"), "--timeout", "10m"])
+    s.token = tokens[0]
+    made = EngineCreates(s.proc.pid)
+    rand = {"code": "import random; print(random.random())"}
+    key = ["-H", "Idempotency-Key: nb-1:" + os.urandom(8).hex()]
+    try:
+        st, a = s.json("/v1/runs", rand, extra=key)
+        check(st == 200 and a["status"] == "ok", "first: %d %r" % (st, a))
+        st, b = s.json("/v1/runs", rand, extra=key)
+        check(st == 200 and b["run_id"] == a["run_id"] and b["stdout"] == a["stdout"],
+              "again: %d %r, first %r" % (st, b, a))
+        validate(b)
+        # As a stream: the result document is the only line.
+        st, raw, head = s.curl("/v1/runs", rand, extra=key + ["-H", "Accept: application/x-ndjson"])
+        lines = raw.decode().splitlines()
+        check(st == 200 and len(lines) == 1 and json.loads(lines[0])["run_id"] == a["run_id"],
+              "stream again: %d %r" % (st, raw[:300]))
+        m = s.metrics()
+        check(m['nbrun_runs_total{status="ok"}'] == 1, "ran more than once: %r" % m)
+        # Bad keys: 400, one line of JSON, nothing run.
+        for bad in ("a b", "k" * 129, "k" * 200, "caf\u00e9", "a\tb", "x;y"):
+            st, raw, _ = s.curl("/v1/runs", rand, extra=["-H", "Idempotency-Key: " + bad])
+            doc = json.loads(raw)
+            check(st == 400 and doc["kind"] == "request" and "Idempotency-Key" in doc["error"] and
+                  "\n" not in doc["error"], "key %r: %d %r" % (bad, st, raw))
+        st, doc = s.json("/v1/runs", rand, extra=["-H", "Idempotency-Key: " + "k" * 128])
+        check(st == 200 and doc["status"] == "ok", "a 128-character key: %d %r" % (st, doc))
+        # The same key with another body is refused, not answered with the other run.
+        st, doc = s.json("/v1/runs", {"code": "print(2)"}, extra=key)
+        check(st == 422 and doc["kind"] == "request", "another body: %d %r" % (st, doc))
+        # Another tenant's same key is another key: it runs, and reads nothing of the first's.
+        st, c = s.json("/v1/runs", rand, extra=key, token=tokens[1])
+        check(st == 200 and c["run_id"] != a["run_id"] and c["stdout"] != a["stdout"],
+              "second tenant: %d %r" % (st, c))
+        st, _ = s.json("/v1/runs/" + a["run_id"], token=tokens[1])
+        check(st == 404, "second tenant reads the first's run: %d" % st)
+        # A second request while the first runs waits for it and gets its result.
+        slow = {"code": "import random, time\ntime.sleep(3)\nprint(random.random())"}
+        skey = ["-H", "Idempotency-Key: slow-" + os.urandom(8).hex()]
+        first = subprocess.Popen(["curl", "-sS", "--unix-socket", s.sock, "-H", "Authorization: Bearer " + tokens[0],
+                                  "-H", "Content-Type: application/json", "--max-time", "300",
+                                  "--data-binary", json.dumps(slow)] + skey + ["http://localhost/v1/runs"],
+                                 stdout=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while s.json("/v1/health", token=None)[1]["runs_active"] < 1:
+            check(time.time() < deadline and first.poll() is None, "the slow run did not start")
+            time.sleep(0.1)
+        st, raw, _ = s.curl("/v1/runs", slow, extra=skey + ["-H", "Accept: application/x-ndjson"])
+        out, _ = first.communicate(timeout=300)
+        f, lines = json.loads(out), raw.decode().splitlines()
+        w = json.loads(lines[-1])
+        check(f["status"] == "ok" and len(lines) == 1 and w["run_id"] == f["run_id"] and
+              w["stdout"] == f["stdout"], "waiter: %d %r, first %r" % (st, raw[:300], f))
+        # A run that failed (the kernel died: nothing completed) is run again.
+        die = {"code": "import os\nos._exit(3)"}
+        dkey = ["-H", "Idempotency-Key: die-" + os.urandom(8).hex()]
+        st, d1 = s.json("/v1/runs", die, extra=dkey)
+        st2, d2 = s.json("/v1/runs", die, extra=dkey)
+        check(st == st2 == 200 and d1["status"] == d2["status"] == "failed" and d1["run_id"] != d2["run_id"],
+              "failed, again: %r %r" % (d1, d2))
+        m = s.metrics()
+        check(m['nbrun_runs_total{status="ok"}'] == 4 and m['nbrun_runs_total{status="failed"}'] == 2,
+              "runs: %r" % m)
+        # The engine agrees: one container per run, none for an answer from a key.
+        n = made.count()
+        check(n == 6, "containers created: %d, want 6" % n)
+    finally:
+        s.stop()
+    return "a key's run answered 3 times from 1 container; 6 bad keys 400; the key from another tenant ran apart; a waiter got the running run's result"
+
+
 def case_usage():
     tmp = tempfile.mkdtemp()
     port = free_port()
