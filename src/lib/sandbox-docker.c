@@ -21,6 +21,13 @@
 #define DSB_CLEANUP_TIMEOUT_MS 20000L
 /* How long removals the engine could not take are tried again (an engine restarting). */
 #define DSB_CLEANUP_RETRY_MS 15000
+/*
+ * How long a removal the engine answers 409 to (the container is still being
+ * started or killed) is tried again: the engine is there and busy with it.
+ * Under runsc with --cpus 0.01 a start went on for a minute after nbrun had
+ * given up on it, and the volume was left behind, still in use.
+ */
+#define DSB_CLEANUP_BUSY_MS 180000
 
 struct dsb {
 	struct nbrun__docker *docker;
@@ -166,8 +173,11 @@ static int dsb_create_volume(struct nbrun__sandbox *sb, const char *name, uint64
  * cross-process memory access included (the engine's default profile allows
  * ptrace between the container's own processes). Namespace creation is
  * refused in unshare, setns and clone; clone3 answers ENOSYS so that libc
- * falls back to clone, where the flags can be inspected. mknod stays: without
- * CAP_MKNOD it makes only FIFOs, which export skips. Under gVisor (runsc
+ * falls back to clone, where the flags can be inspected. mknod and mknodat
+ * may make FIFOs (export skips them) and files, not devices: without
+ * CAP_MKNOD the host's kernel refuses those anyway, but gVisor's makes the
+ * node (which opens nothing there, ENXIO), so the rule says so for both.
+ * Under gVisor (runsc
  * --oci-seccomp) the profile is applied by gVisor's own kernel, which answers
  * EPERM for an errno rule whatever its errnoRet: the clone3 rule is left out
  * there, or no thread could start (namespaces are gVisor's own there).
@@ -186,6 +196,8 @@ static char *dsb_seccomp_option(bool gvisor)
 		"sysfs", "_sysctl", "ustat", "nfsservctl", "vm86", "vm86old", "personality",
 		"syslog", "vhangup", "get_kernel_syms", "query_module",
 	};
+	/* S_IFCHR, S_IFBLK: mode & S_IFMT (0170000), mknod's argument 1, mknodat's 2 */
+	static const json_int_t dev_types[] = { 0020000, 0060000 };
 	/* CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET */
 	static const json_int_t ns_flags[] = { 0x00020000, 0x02000000, 0x04000000, 0x08000000,
 					       0x10000000, 0x20000000, 0x40000000 };
@@ -204,6 +216,12 @@ static char *dsb_seccomp_option(bool gvisor)
 						       "errnoRet", 1, "args", "index", 0, "value",
 						       ns_flags[i], "valueTwo", ns_flags[i], "op",
 						       "SCMP_CMP_MASKED_EQ"));
+	for (size_t i = 0; rules && i < 2 * sizeof(dev_types) / sizeof(dev_types[0]); i++)
+		json_array_append_new(rules, json_pack("{s:[s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}",
+						       "names", i % 2 ? "mknodat" : "mknod", "action",
+						       "SCMP_ACT_ERRNO", "errnoRet", 1, "args", "index",
+						       i % 2 ? 2 : 1, "value", (json_int_t)0170000, "valueTwo",
+						       dev_types[i / 2], "op", "SCMP_CMP_MASKED_EQ"));
 	profile = rules ? json_pack("{s:s, s:o}", "defaultAction", "SCMP_ACT_ALLOW", "syscalls", rules)
 			: NULL;
 	text = profile ? json_dumps(profile, JSON_COMPACT) : NULL;
@@ -212,6 +230,32 @@ static char *dsb_seccomp_option(bool gvisor)
 	free(text);
 	json_decref(profile);
 	return opt;
+}
+
+/*
+ * Under gVisor the engine's pids limit counts the host threads of gVisor's
+ * kernel (the Sentry, its ptrace stubs, its Go runtime: 60-100 at start and
+ * 4-5 for each task of the sandbox), not the sandbox's own tasks: at
+ * --pids 64 no kernel could even start, and a fork bomb that reached it took
+ * the whole sandbox down without a result. There --pids is RLIMIT_NPROC,
+ * which gVisor's kernel applies to its own tasks of a uid (fork and clone
+ * fail with EAGAIN, as under the cgroup), and the host's limit is a backstop
+ * sized for the Sentry at that many tasks.
+ */
+#define DSB_GVISOR_HOST_TASKS(pids) (((pids) + 64) * 8)
+
+static int dsb_gvisor_pids(json_t *spec, int64_t pids)
+{
+	json_t *host = json_object_get(spec, "HostConfig");
+	json_t *ulimits = json_object_get(host, "Ulimits");
+
+	if (pids > INT64_MAX / 8 - 64)
+		pids = INT64_MAX / 8 - 64;
+	if (json_object_set_new(host, "PidsLimit", json_integer(DSB_GVISOR_HOST_TASKS(pids))) < 0 ||
+	    json_array_append_new(ulimits, json_pack("{s:s, s:I, s:I}", "Name", "nproc", "Soft",
+						     (json_int_t)pids, "Hard", (json_int_t)pids)) < 0)
+		return -1;
+	return 0;
 }
 
 /*
@@ -255,6 +299,10 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 		"Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft",
 		(json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
 	free(seccomp);
+	if (spec && o->runtime && !strcmp(o->runtime, "runsc") && dsb_gvisor_pids(spec, o->pids) < 0) {
+		json_decref(spec);
+		spec = NULL;
+	}
 	return spec;
 }
 
@@ -379,6 +427,12 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
  */
 #define DSB_GVISOR_VERSION "#1 SMP Sun Jan 10 15:06:54 PST 2016"
 #define DSB_VERSION_MAX 512
+/*
+ * How long the engine may take to run that one process: runsc starts it
+ * through the sandbox's gofer and Sentry, which took over 20 s on the 2-core
+ * machine at load 15-20 (the run then failed as if the engine were down).
+ */
+#define DSB_EXEC_TIMEOUT_MS 120000L
 
 /* The stdout of an exec's stream (8-byte frame headers), at most max - 1 bytes. */
 static void dsb_stream_stdout(char *out, size_t max, const struct buf *raw)
@@ -428,7 +482,7 @@ static int dsb_exec_version(struct nbrun__sandbox *sb, char *out, size_t max)
 	if (status >= 0) {
 		snprintf(path, sizeof(path), "/exec/%s/start", id);
 		status = nbrun__docker_request(b->docker, "POST", path, "application/json", start,
-					       strlen(start), &raw, 20000);
+					       strlen(start), &raw, DSB_EXEC_TIMEOUT_MS);
 		if (status >= 400)
 			status = nbrun__err(sb->ctx, NBRUN_EENGINE,
 					    "cannot check the sandbox's kernel: exec start: HTTP %d", status);
@@ -586,7 +640,7 @@ static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out
  * a later gc sees it.
  */
 static void dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
-		       bool *have, uint64_t deadline)
+		       bool *have, uint64_t deadline, uint64_t busy_deadline)
 {
 	char path[160];
 	long pause_ms = 250;
@@ -600,7 +654,7 @@ static void dsb_delete(struct dsb *b, const char *kind, const char *name, const 
 		status = nbrun__docker_json(b->docker, "DELETE", path, NULL, NULL, DSB_CLEANUP_TIMEOUT_MS);
 		if ((status >= 200 && status < 300) || status == 404 ||
 		    (status >= 0 && status < 500 && status != 409) ||
-		    clock_mono_ms() + (uint64_t)pause_ms >= deadline)
+		    clock_mono_ms() + (uint64_t)pause_ms >= (status == 409 ? busy_deadline : deadline))
 			break;
 		ts.tv_sec = pause_ms / 1000;
 		ts.tv_nsec = (pause_ms % 1000) * 1000000L;
@@ -611,12 +665,20 @@ static void dsb_delete(struct dsb *b, const char *kind, const char *name, const 
 	*have = false;
 }
 
+/*
+ * What the run ended with stays its message: a removal's own error (a volume
+ * still in use, an engine gone) must not replace why the run stopped.
+ */
 static void dsb_destroy(struct nbrun__sandbox *sb)
 {
 	struct dsb *b = dsb_of(sb);
 	/* One budget for both removals: an engine that stays away costs 15 s, not 40. */
-	uint64_t deadline = clock_mono_ms() + DSB_CLEANUP_RETRY_MS;
+	uint64_t now = clock_mono_ms();
+	uint64_t deadline = now + DSB_CLEANUP_RETRY_MS, busy = now + DSB_CLEANUP_BUSY_MS;
+	char msg[sizeof(sb->ctx->errmsg)];
 
+	if (sb->ctx)
+		memcpy(msg, sb->ctx->errmsg, sizeof(msg));
 	/* Removal runs even after a cancel: lift the flag for these requests.
 	 * Closing the channel first ends the agent (its stdin closes). */
 	nbrun__docker_set_cancel(b->docker, NULL);
@@ -624,8 +686,10 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 		sb->conn->close(sb->conn);
 		sb->conn = NULL;
 	}
-	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline);
-	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data, deadline);
+	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline, busy);
+	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data, deadline, busy);
+	if (sb->ctx)
+		memcpy(sb->ctx->errmsg, msg, sizeof(msg));
 }
 
 const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
