@@ -130,20 +130,26 @@ def case_run():
     # A second process watches the engine for the run's container while it runs.
     p = subprocess.Popen([NBRUN, "run", "--json", "--runtime", "runsc", "--timeout", RUN_TIMEOUT,
                           "-o", out, "-c", PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = set()
+    seen, pids = set(), set()
     while p.poll() is None:
         f = urllib.parse.quote(json.dumps({"label": ["nbrun.pid=%d" % p.pid]}))
         _, cs = engine("/containers/json?filters=" + f)
         for c in cs or []:
             st, info = engine("/containers/%s/json" % c["Id"])
             if st == 200:
-                seen.add(info["HostConfig"].get("Runtime"))
+                hc = info["HostConfig"]
+                seen.add(hc.get("Runtime"))
+                nproc = [(u["Soft"], u["Hard"]) for u in hc.get("Ulimits") or [] if u["Name"] == "nproc"]
+                pids.add((hc.get("PidsLimit"), tuple(nproc)))
         time.sleep(0.5)
     so, se = p.communicate()
     check(p.returncode == 0, "exit %d: %s %s" % (p.returncode, so[-500:], se[-500:]))
     doc = json.loads(so)
     check_probe_result(doc, out)
     check(seen == {"runsc"}, "the engine showed runtimes %r for the run's container" % seen)
+    # --pids (256 by default) is gVisor's RLIMIT_NPROC; the engine's limit counts
+    # gVisor's own host threads too and is only a backstop: (256 + 64) * 8.
+    check(pids == {(2560, ((256, 256),))}, "pids limit and nproc of the run's container: %r" % pids)
     check(not leftovers("nbrun.run=" + doc["run_id"]), "left on the engine: %r" %
           leftovers("nbrun.run=" + doc["run_id"]))
     return "print, chart and file under gVisor (kernel %s), the engine said runsc" % GVISOR_VERSION
