@@ -45,6 +45,8 @@ static void gc_remove(struct nbrun__docker *d, const char *path, struct nbrun__g
 		c->failed++;
 }
 
+#define GC_LIST_TIMEOUT_MS 60000
+
 static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_counts *c)
 {
 	json_t *list = NULL, *item;
@@ -53,9 +55,12 @@ static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_
 	char path[256];
 
 	c->removed = c->failed = 0;
+	/* A minute for a listing: an engine in Swarm mode lists cluster volumes
+	 * too and took over 10 s under load; an engine that is down fails at
+	 * connect, not here. */
 	status = nbrun__docker_json(d, "GET",
 				    "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22nbrun.run%22%5D%7D",
-				    NULL, &list, 10000);
+				    NULL, &list, GC_LIST_TIMEOUT_MS);
 	if (status < 0)
 		return status;
 	json_array_foreach(list, i, item) {
@@ -69,7 +74,7 @@ static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_
 	list = NULL;
 	status = nbrun__docker_json(d, "GET",
 				    "/volumes?filters=%7B%22label%22%3A%5B%22nbrun.run%22%5D%7D",
-				    NULL, &list, 10000);
+				    NULL, &list, GC_LIST_TIMEOUT_MS);
 	if (status < 0)
 		return status;
 	json_array_foreach(json_object_get(list, "Volumes"), i, item) {

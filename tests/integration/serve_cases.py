@@ -298,7 +298,8 @@ def case_auth():
         # Nothing started: a 30 s run would show as active, and its directory would exist.
         st, health = s.json("/v1/health", token=None)
         check(st == 200 and health["status"] == "ok" and health["runs_active"] == 0, health)
-        check(set(health) == {"status", "version", "pool", "runs_active"}, health)
+        check(set(health) == {"status", "version", "node", "pool", "runs_active"}, health)
+        check(health["node"] == socket.gethostname(), health)
         check(health["pool"] == {"size": 0, "ready": 0, "starting": 0}, health)
         st, raw, _ = s.curl("/v1/health", token=None)
         check(s.token not in raw.decode() and s.state not in raw.decode(), "health leaks: %r" % raw)
