@@ -247,7 +247,7 @@ class Bench:
 
     def judge(self, name, paths, report, wall, rc):
         entries = report.get("notebooks", [])
-        per_node, bad, retried, attempts = {}, [], 0, 0
+        per_node, bad, retried, attempts, why = {}, [], 0, 0, {}
         for e in entries:
             res = e.get("result") or {}
             want = f"{e['name']} {int(e['name'][2:]) * 7}\n"
@@ -258,8 +258,12 @@ class Bench:
             if e.get("retries"):
                 retried += 1
                 attempts += len(e["retries"])
+                for r in e["retries"]:
+                    # curl's message less the address: what went wrong, counted
+                    k = r.get("error", "").split(": ")[-1][:60]
+                    why[k] = why.get(k, 0) + 1
         fig = {"wall_s": round(wall, 1), "per_node": dict(sorted(per_node.items())),
-               "notebooks_retried": retried, "retries": attempts, "exit": rc}
+               "notebooks_retried": retried, "retries": attempts, "retry_errors": why, "exit": rc}
         self.figures[name] = fig
         log(f"{name}: {json.dumps(fig)}")
         self.check(len(entries) == len(paths), f"{name}: {len(entries)} of {len(paths)} notebooks in the report")
@@ -289,8 +293,7 @@ class Bench:
         report, wall, rc = self.batch("kill", paths, progress)
         self.check(bool(killed), f"kill: {victim} killed mid-batch")
         self.figures["killed"] = dict(node=victim, **killed)
-        per_node = self.judge("kill", paths, report, wall, rc)
-        self.figures["kill"]["after_kill_on_victim"] = per_node.get(victim, 0)
+        self.judge("kill", paths, report, wall, rc)
 
         # The stack removed: each server removes its sandboxes on SIGTERM.
         self.remove_stack()
