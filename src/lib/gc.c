@@ -14,18 +14,35 @@
 
 #include "nbrun-private.h"
 
-/* True when the labels say the run is over: its nbrun process is gone, or it is old enough. */
+void nbrun__pidns(char *buf, size_t size)
+{
+	ssize_t n = readlink("/proc/self/ns/pid", buf, size - 1);
+
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/*
+ * True when the labels say the run is over: it is old enough, or its nbrun
+ * process is gone. A process is judged only from the host and the pid
+ * namespace that made it: a server in a container (a Swarm task has its
+ * node's host name) sees neither the host's processes nor another
+ * container's, and must not take their sandboxes for orphans.
+ */
 static bool gc_is_orphan(json_t *labels, long older_than_s)
 {
 	const char *pid = json_string_value(json_object_get(labels, "nbrun.pid"));
 	const char *host = json_string_value(json_object_get(labels, "nbrun.host"));
+	const char *pidns = json_string_value(json_object_get(labels, "nbrun.pidns"));
 	const char *created = json_string_value(json_object_get(labels, "nbrun.created"));
-	char me[256] = "";
+	char me[256] = "", my_ns[64];
 
 	if (older_than_s >= 0 && created && time(NULL) - atoll(created) >= older_than_s)
 		return true;
 	gethostname(me, sizeof(me) - 1);
 	if (!pid || !host || strcmp(host, me))
+		return false;
+	nbrun__pidns(my_ns, sizeof(my_ns));
+	if (pidns && strcmp(pidns, my_ns))
 		return false;
 	return kill((pid_t)atol(pid), 0) < 0 && errno == ESRCH;
 }

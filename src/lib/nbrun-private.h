@@ -530,6 +530,10 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
  * NBRUN_EENGINE (the counts filled, the last failure in the message) when
  * any removal failed. Objects already gone count as neither.
  */
+/* This process's pid namespace ("pid:[N]"; "" when unknown): labelled on
+ * every sandbox, so that gc judges a pid only in the namespace it names. */
+void nbrun__pidns(char *buf, size_t size);
+
 struct nbrun__gc_counts {
 	unsigned int removed;
 	unsigned int failed;   /* refused by the engine, or no answer */

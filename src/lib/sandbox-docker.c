@@ -132,13 +132,14 @@ static int dsb_resolve_image(struct nbrun__sandbox *sb, const char *want)
 
 static json_t *dsb_labels(const struct nbrun__sandbox *sb)
 {
-	char pid[32], created[32], host[256] = "";
+	char pid[32], created[32], host[256] = "", pidns[64];
 
 	snprintf(pid, sizeof(pid), "%ld", (long)getpid());
 	snprintf(created, sizeof(created), "%lld", (long long)time(NULL));
 	gethostname(host, sizeof(host) - 1);
-	return json_pack("{s:s, s:s, s:s, s:s}", NBRUN_LABEL, sb->id, "nbrun.pid", pid, "nbrun.host",
-			 host, "nbrun.created", created);
+	nbrun__pidns(pidns, sizeof(pidns));
+	return json_pack("{s:s, s:s, s:s, s:s, s:s}", NBRUN_LABEL, sb->id, "nbrun.pid", pid, "nbrun.host",
+			 host, "nbrun.pidns", pidns, "nbrun.created", created);
 }
 
 static int dsb_create_volume(struct nbrun__sandbox *sb, const char *name, uint64_t bytes,

@@ -1653,6 +1653,56 @@ static void gc_all_removed(void **state)
 	nbrun__docker_free(d);
 }
 
+/*
+ * A dead pid of this host is an orphan only in the pid namespace that made
+ * it: a server in a container (a Swarm task has its node's host name) must
+ * not remove what processes of the host or of another container made.
+ */
+static void gc_pid_namespace(void **state)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__docker *d;
+	struct nbrun__gc_counts c = { 99, 99 };
+	char host[256] = "", ns[64], containers[2048], volumes[1024];
+	pid_t dead;
+	int st;
+
+	/* a pid that was used and is gone now */
+	dead = fork();
+	assert_true(dead >= 0);
+	if (dead == 0)
+		_exit(0);
+	assert_int_equal(waitpid(dead, &st, 0), dead);
+	gethostname(host, sizeof(host) - 1);
+	nbrun__pidns(ns, sizeof(ns));
+	assert_non_null(strstr(ns, "pid:["));
+#define GC_LABELS(ns_) "{\"nbrun.run\":\"x\",\"nbrun.created\":\"99999999999\",\"nbrun.host\":\"%s\"," \
+		       "\"nbrun.pid\":\"%ld\"" ns_ "}"
+	snprintf(containers, sizeof(containers),
+		 "[{\"Id\":\"c1mine\",\"Labels\":" GC_LABELS(",\"nbrun.pidns\":\"%s\"") "},"
+		 "{\"Id\":\"c2other\",\"Labels\":" GC_LABELS(",\"nbrun.pidns\":\"pid:[1]\"") "},"
+		 "{\"Id\":\"c3unlabelled\",\"Labels\":" GC_LABELS("") "}]",
+		 host, (long)dead, ns, host, (long)dead, host, (long)dead);
+	snprintf(volumes, sizeof(volumes),
+		 "{\"Volumes\":[{\"Name\":\"v1other\",\"Labels\":" GC_LABELS(",\"nbrun.pidns\":\"pid:[1]\"") "}]}",
+		 host, (long)dead);
+#undef GC_LABELS
+	answer("GET /v1.41/containers/json", NULL, 200, containers);
+	answer("GET /v1.41/volumes?", NULL, 200, volumes);
+	S.status = 204;
+	S.body = "";
+	S.body_len = 0;
+	d = connect_ok(&ctx);
+	assert_int_equal(nbrun__gc(d, &ctx, -1, &c), 0);
+	/* its own namespace's and an older nbrun's (no namespace label) go */
+	assert_int_equal(c.removed, 2);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/c1mine"), 1);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/c3unlabelled"), 1);
+	assert_int_equal(count_asked("DELETE /v1.41/containers/c2other"), 0);
+	assert_int_equal(count_asked("DELETE /v1.41/volumes/v1other"), 0);
+	nbrun__docker_free(d);
+}
+
 /* nbrun gc against the same engine: both counts printed, the failure said, exit 4. */
 static void gc_cli(void **state)
 {
@@ -1732,6 +1782,7 @@ int main(int argc, char **argv)
 		T(gc_counts_failures),
 		T(gc_public_counts),
 		T(gc_all_removed),
+		T(gc_pid_namespace),
 		T(gc_cli),
 	};
 	signal(SIGPIPE, SIG_IGN);
