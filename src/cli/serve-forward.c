@@ -96,7 +96,7 @@ int serve_node_init(struct serve *s, const char *name)
 		cli_usage_error("serve", "--node: '%.80s' is not 1 to 63 of A-Z a-z 0-9 . _ -", name);
 		return -1;
 	}
-	snprintf(s->node, sizeof(s->node), "%s", name);
+	snprintf(s->node, sizeof(s->node), "%.63s", name); /* checked: at most 63 */
 	return 0;
 }
 
