@@ -671,23 +671,6 @@ static int fwd_add_header(struct fwd *f, const char *name, const char *value)
 	return 0;
 }
 
-static struct MHD_Response *fwd_error(unsigned int *status, unsigned int code, const char *kind,
-				      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static struct MHD_Response *fwd_error(unsigned int *status, unsigned int code, const char *kind,
-				      const char *fmt, ...)
-{
-	struct serve_reply r = { 0, NULL, 0 };
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	serve_reply_error(&r, code, kind, "%s", msg);
-	return serve_json_response(status, r.status, r.body);
-}
-
 /* Set up the transfer of one request to url. */
 static struct fwd *fwd_new(struct serve *s, struct MHD_Connection *c, const char *url,
 			   const char *method, const char *body, size_t len)
@@ -778,13 +761,13 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 		f = full ? fwd_new(s, c, full, method, body, len) : NULL;
 		free(full);
 		if (!f) {
-			*out = fwd_error(status, 500, "internal", "out of memory");
+			*out = serve_error_response(status, 500, "internal", "out of memory");
 			return 0;
 		}
 		while (!f->head_done && !f->done) {
 			if (*s->stopping) {
 				fwd_free(f);
-				*out = fwd_error(status, 503, "busy", "the server is stopping");
+				*out = serve_error_response(status, 503, "busy", "the server is stopping");
 				return 0;
 			}
 			if (fwd_client_gone(f)) {
@@ -807,7 +790,7 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 				continue;
 			}
 		}
-		*out = fwd_error(status, 502, "node_gone", "session %.96s's node %s does not answer: %s", id,
+		*out = serve_error_response(status, 502, "node_gone", "session %.96s's node %s does not answer: %s", id,
 				 node, f->err[0] ? f->err : curl_easy_strerror(f->rc));
 		fwd_free(f);
 		return 0;

@@ -93,11 +93,8 @@ static struct MHD_Response *sess_json(unsigned int *status, unsigned int code, j
 	return r;
 }
 
-static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, const char *kind,
-				       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static struct MHD_Response *sess_error(unsigned int *status, unsigned int code, const char *kind,
-				       const char *fmt, ...)
+struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
+					  const char *fmt, ...)
 {
 	struct serve_reply r = { 0, NULL, 0 };
 	char msg[512];
@@ -115,16 +112,16 @@ static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const c
 	switch (rc) {
 	case NBRUN_EINVAL:
 	case NBRUN_EPARSE:
-		return sess_error(status, 400, "request", "%s", msg);
+		return serve_error_response(status, 400, "request", "%s", msg);
 	case NBRUN_ENOTFOUND:
-		return sess_error(status, 404, "not_found", "%s", msg);
+		return serve_error_response(status, 404, "not_found", "%s", msg);
 	case NBRUN_EENGINE:
 	case NBRUN_ENOIMAGE:
-		return sess_error(status, 502, "engine", "%s", msg);
+		return serve_error_response(status, 502, "engine", "%s", msg);
 	case NBRUN_ENOSPC:
-		return sess_error(status, 507, "storage", "the state directory is full: %s", msg);
+		return serve_error_response(status, 507, "storage", "the state directory is full: %s", msg);
 	default:
-		return sess_error(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
+		return serve_error_response(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
 	}
 }
 
@@ -491,7 +488,7 @@ static struct MHD_Response *stream_start(struct serve_stream *st, struct MHD_Con
 		if (st->release)
 			st->release(st);
 		free(st);
-		return sess_error(status, 500, "internal", "cannot make a pipe: %s", strerror(errno));
+		return serve_error_response(status, 500, "internal", "cannot make a pipe: %s", strerror(errno));
 	}
 	st->rfd = p[0];
 	st->wfd = p[1];
@@ -563,7 +560,7 @@ struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
 
 	if (!st) {
 		serve_request_free(req);
-		return sess_error(status, 500, "internal", "out of memory");
+		return serve_error_response(status, 500, "internal", "out of memory");
 	}
 	st->s = s;
 	st->req = *req;
@@ -597,12 +594,12 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	doc = json_loadb(len ? body : "{}", len ? len : 2, JSON_REJECT_DUPLICATES, NULL);
 	if (!json_is_object(doc)) {
 		json_decref(doc);
-		return sess_error(status, 400, "request", "the body must be a JSON object");
+		return serve_error_response(status, 400, "request", "the body must be a JSON object");
 	}
 	json_object_foreach(doc, key, v) {
 		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files") &&
 		    strcmp(key, "language")) {
-			r = sess_error(status, 400, "request",
+			r = serve_error_response(status, 400, "request",
 				       "unknown key '%.64s' (timeout_idle, env, files, language)", key);
 			goto out;
 		}
@@ -610,7 +607,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	v = json_object_get(doc, "timeout_idle");
 	if (v && (!json_is_string(v) || cli_parse_duration(&idle, json_string_value(v)) < 0 ||
 		  idle == 0 || idle > s->session_life_ms)) {
-		r = sess_error(status, 400, "request",
+		r = serve_error_response(status, 400, "request",
 			       "timeout_idle: want a duration such as \"10m\", at most the session lifetime of %llu s",
 			       (unsigned long long)(s->session_life_ms / 1000));
 		goto out;
@@ -625,7 +622,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		json_object_set(fwd, "files", json_object_get(doc, "files"));
 	text = fwd ? json_dumps(fwd, JSON_COMPACT) : NULL;
 	if (!text) {
-		r = sess_error(status, 500, "internal", "out of memory");
+		r = serve_error_response(status, 500, "internal", "out of memory");
 		goto out;
 	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", s->state_dir);
@@ -639,7 +636,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		s->sessions->count++; /* reserved */
 	pthread_mutex_unlock(&s->sessions->mu);
 	if (rc < 0) {
-		r = sess_error(status, 503, "busy", "%u sessions are open, the most this server keeps",
+		r = serve_error_response(status, 503, "busy", "%u sessions are open, the most this server keeps",
 			       s->max_sessions);
 		if (r)
 			MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "30");
@@ -761,31 +758,31 @@ static int sess_parse_execute(struct serve *s, const char *body, size_t len, cha
 	*code = NULL;
 	*timeout_ms = s->opts.timeout_ms;
 	if (!json_is_object(doc)) {
-		*r = sess_error(status, 400, "request", "the body must be a JSON object with \"code\"");
+		*r = serve_error_response(status, 400, "request", "the body must be a JSON object with \"code\"");
 		goto out;
 	}
 	json_object_foreach(doc, key, v) {
 		if (strcmp(key, "code") && strcmp(key, "timeout")) {
-			*r = sess_error(status, 400, "request", "unknown key '%.64s' (code, timeout)", key);
+			*r = serve_error_response(status, 400, "request", "unknown key '%.64s' (code, timeout)", key);
 			goto out;
 		}
 	}
 	v = json_object_get(doc, "code");
 	if (!json_is_string(v)) {
-		*r = sess_error(status, 400, "request", "code: want a string");
+		*r = serve_error_response(status, 400, "request", "code: want a string");
 		goto out;
 	}
 	v = json_object_get(doc, "timeout");
 	if (v && (!json_is_string(v) || cli_parse_duration(timeout_ms, json_string_value(v)) < 0 ||
 		  *timeout_ms > s->opts.timeout_ms)) {
-		*r = sess_error(status, 400, "request",
+		*r = serve_error_response(status, 400, "request",
 				"timeout: want a positive duration such as \"60s\", at most %llu ms",
 				(unsigned long long)s->opts.timeout_ms);
 		goto out;
 	}
 	*code = strdup(json_string_value(json_object_get(doc, "code")));
 	if (!*code) {
-		*r = sess_error(status, 500, "internal", "out of memory");
+		*r = serve_error_response(status, 500, "internal", "out of memory");
 		goto out;
 	}
 	rc = 0;
@@ -897,19 +894,19 @@ static struct MHD_Response *sess_post_execute(struct serve *s, struct MHD_Connec
 		return r;
 	if (nbrun_session_kernel_dead(ss->ns)) {
 		free(code);
-		return sess_error(status, 409, "kernel_dead",
+		return serve_error_response(status, 409, "kernel_dead",
 				  "the session's kernel died; POST /v1/sessions/%s/restart to go on", ss->id);
 	}
 	if (!sess_claim(s, ss)) {
 		free(code);
-		return sess_error(status, 409, "busy", "the session is running another request");
+		return serve_error_response(status, 409, "busy", "the session is running another request");
 	}
 	if (serve_wants_ndjson(c)) {
 		st = calloc(1, sizeof(*st));
 		if (!st) {
 			sess_unclaim(s, ss);
 			free(code);
-			return sess_error(status, 500, "internal", "out of memory");
+			return serve_error_response(status, 500, "internal", "out of memory");
 		}
 		st->s = s;
 		st->ss = ss;
@@ -924,7 +921,7 @@ static struct MHD_Response *sess_post_execute(struct serve *s, struct MHD_Connec
 	doc = sess_execute(s, ss, code, timeout_ms, NULL, NULL, &http);
 	sess_unclaim(s, ss);
 	free(code);
-	return doc ? sess_json(status, http, doc) : sess_error(status, 500, "internal", "out of memory");
+	return doc ? sess_json(status, http, doc) : serve_error_response(status, 500, "internal", "out of memory");
 }
 
 /* A session file into a spool file, sent from there (bounded memory). */
@@ -938,7 +935,7 @@ static struct MHD_Response *sess_get_file(struct serve *s, struct serve_session 
 	(void)s;
 	fd = openat(ss->dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return sess_error(status, 500, "internal", "cannot make a spool file: %s", strerror(errno));
+		return serve_error_response(status, 500, "internal", "cannot make a spool file: %s", strerror(errno));
 	rc = nbrun_session_get_file(ss->ns, path, fd, SESSION_GET_MAX);
 	if (rc < 0) {
 		close(fd);
@@ -948,7 +945,7 @@ static struct MHD_Response *sess_get_file(struct serve *s, struct serve_session 
 	}
 	if (fstat(fd, &st) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
 		close(fd);
-		return sess_error(status, 500, "internal", "cannot read the spool file");
+		return serve_error_response(status, 500, "internal", "cannot read the spool file");
 	}
 	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!r) {
@@ -970,7 +967,7 @@ static struct MHD_Response *sess_output(struct serve_session *ss, const char *re
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		if (fd >= 0)
 			close(fd);
-		return sess_error(status, 404, "not_found", "no such output");
+		return serve_error_response(status, 404, "not_found", "no such output");
 	}
 	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!r) {
@@ -1006,7 +1003,7 @@ static struct MHD_Response *sess_claimed(struct serve *s, struct serve_session *
 	int rc = 0, truncated = 0;
 
 	if (!sess_claim(s, ss))
-		return sess_error(status, 409, "busy", "the session is running another request");
+		return serve_error_response(status, 409, "busy", "the session is running another request");
 	if (!strcmp(rest, "restart") && !strcmp(method, "POST")) {
 		rc = nbrun_session_restart(ss->ns);
 		r = rc < 0 ? sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns))
@@ -1038,7 +1035,7 @@ static struct MHD_Response *sess_claimed(struct serve *s, struct serve_session *
 			}
 		}
 	} else {
-		r = sess_error(status, 404, "not_found", "no such endpoint");
+		r = serve_error_response(status, 404, "not_found", "no such endpoint");
 	}
 	if (rc == NBRUN_EENGINE)
 		sess_close(s, ss, "its sandbox is gone");
@@ -1060,18 +1057,18 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	bool handed = false;
 
 	if (!s->sessions)
-		return sess_error(status, 404, "not_found", "this server keeps no sessions");
+		return serve_error_response(status, 404, "not_found", "this server keeps no sessions");
 	if (!strcmp(url, "/v1/sessions")) {
 		if (!strcmp(method, "POST"))
 			return sess_open(s, tenant, body, len, status);
 		if (get)
 			return sess_list(s, c, tenant, status);
-		return sess_error(status, 405, "method", "use POST or GET");
+		return serve_error_response(status, 405, "method", "use POST or GET");
 	}
 	p = url + 13;
 	n = strcspn(p, "/");
 	if (n == 0 || n >= sizeof(id))
-		return sess_error(status, 404, "not_found", "no such session");
+		return serve_error_response(status, 404, "not_found", "no such session");
 	memcpy(id, p, n);
 	id[n] = '\0';
 	rest = p[n] ? p + n + 1 : "";
@@ -1082,7 +1079,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 		return r;
 	ss = sess_get(s, id, tenant);
 	if (!ss)
-		return sess_error(status, 404, "not_found", "no session %.96s", id);
+		return serve_error_response(status, 404, "not_found", "no session %.96s", id);
 	if (!*rest && get) {
 		json_t *info;
 		pthread_mutex_lock(&s->sessions->mu);
@@ -1103,7 +1100,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 		   !strncmp(rest, "files/", 6)) {
 		r = sess_claimed(s, ss, method, rest, body, len, status);
 	} else {
-		r = sess_error(status, 404, "not_found", "no such endpoint");
+		r = serve_error_response(status, 404, "not_found", "no such endpoint");
 	}
 	if (!handed)
 		sess_put(s, ss);
