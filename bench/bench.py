@@ -1023,6 +1023,17 @@ class Server:
         self.engine.close()
         self.client.close()
 
+    def finish(self, what):
+        """stop(), a failure named `what` for any container left, the state
+        directory removed (unless it is under the bench's work directory);
+        the leftovers' count (None when the engine could not say)."""
+        self.stop()
+        if self.leftovers:
+            self.b.fail(what, "%d container(s) left after SIGTERM" % self.leftovers)
+        if not self.dir.startswith(self.b.work):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return self.leftovers
+
 
 def warm_request(wl, csv_b64):
     req = {"code": wl["code"]}
@@ -1130,12 +1141,7 @@ def section_warm(b, runs, pool, sustained):
         res["server_metrics"] = srv.metrics()
     finally:
         tick_done()
-        srv.stop()
-        res["leftover_containers"] = srv.leftovers
-        if srv.leftovers:
-            b.fail("nbrun serve", "%d container(s) left after SIGTERM" % srv.leftovers)
-        if not srv.dir.startswith(b.work):
-            shutil.rmtree(srv.dir, ignore_errors=True)
+        res["leftover_containers"] = srv.finish("nbrun serve")
     res["langs"] = warm_langs(b, max(1, min(runs, 5)))
     return res
 
@@ -1187,12 +1193,7 @@ def warm_langs(b, runs):
                     res["latency"][wl["label"]].append(r)
     finally:
         tick_done()
-        srv.stop()
-        res["leftovers"] = srv.leftovers
-        if srv.leftovers:
-            b.fail("nbrun serve (languages)", "%d container(s) left after SIGTERM" % srv.leftovers)
-        if not srv.dir.startswith(b.work):
-            shutil.rmtree(srv.dir, ignore_errors=True)
+        res["leftovers"] = srv.finish("nbrun serve (languages)")
     return res
 
 
@@ -1256,10 +1257,7 @@ def section_runsc(b, n):
     finally:
         tick_done()
         for rt, srv in servers.items():
-            srv.stop()
-            res["leftovers"][rt] = srv.leftovers
-            if srv.leftovers:
-                b.fail("runsc: nbrun serve (%s)" % rt, "%d container(s) left after SIGTERM" % srv.leftovers)
+            res["leftovers"][rt] = srv.finish("runsc: nbrun serve (%s)" % rt)
     return res
 
 
