@@ -37,10 +37,11 @@ import sys
 import tempfile
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 
 import jsonschema
+
+from run_cases import leftovers  # the engine's nbrun-labelled containers and volumes
 
 NBRUN = os.environ["NBRUN"]
 SRCDIR = os.environ["NBRUN_SRCDIR"]
@@ -166,27 +167,6 @@ def case_session_http():
         s.stop()
 
 
-def engine(path):
-    """GET from the engine over its unix socket."""
-    import http.client
-    import socket
-
-    class Conn(http.client.HTTPConnection):
-        def connect(self):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect("/var/run/docker.sock")
-
-    c = Conn("localhost")
-    c.request("GET", path)
-    return json.loads(c.getresponse().read())
-
-
-def labelled(label):
-    f = urllib.parse.quote(json.dumps({"label": [label]}))
-    return ([c["Names"][0] for c in engine("/containers/json?all=1&filters=" + f)] +
-            [v["Name"] for v in engine("/volumes?filters=" + f).get("Volumes") or []])
-
-
 def pool_of(s, lang):
     st, doc = s.call("GET", "/v1/health")
     if st != 200:
@@ -252,7 +232,7 @@ def case_pool_warm():
         check(pool_of(s, "javascript") is None, "health lists no JavaScript pool")
     finally:
         s.stop()
-    left = labelled("nbrun.pid=%d" % pid)
+    left = leftovers(label="nbrun.pid=%d" % pid)
     check(not left, "nothing labelled with the server's pid is left after SIGTERM: %r" % left)
 
 
