@@ -1162,8 +1162,10 @@ void serve_api_health(struct serve_reply *reply, struct serve *s)
 	reply->status = 200;
 	/* The pool's last start failure says what is wrong with the engine or
 	 * image; it holds no secret. */
-	reply->body = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:s*, s:o*}, s:I}",
+	/* "node": which node answered; --peers-dns learns the node names of addresses from it. */
+	reply->body = json_pack("{s:s, s:s, s:s*, s:{s:I, s:I, s:I, s:s*, s:o*}, s:I}",
 				"status", stopping ? "stopping" : "ok", "version", nbrun_version(),
+				"node", s->node[0] ? s->node : NULL,
 				"pool", "size", (json_int_t)ps.size, "ready", (json_int_t)ps.ready,
 				"starting", (json_int_t)ps.starting, "last_error", why[0] ? why : NULL,
 				"languages", serve_pool_languages(s), "runs_active", (json_int_t)active);

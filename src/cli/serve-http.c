@@ -476,9 +476,6 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		if (!get)
 			return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
 		serve_api_health(&reply, h->s);
-		/* Which node answered: --peers-dns learns the node names of addresses from it. */
-		if (reply.body && h->s->node[0])
-			json_object_set_new(reply.body, "node", json_string(h->s->node));
 		return serve_send(c, &reply, method, url, NULL);
 	}
 	{
