@@ -125,11 +125,6 @@ static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const c
 	}
 }
 
-struct MHD_Response *serve_json_response(unsigned int *status, unsigned int code, json_t *body)
-{
-	return sess_json(status, code, body);
-}
-
 bool serve_session_id_valid(const char *id)
 {
 	const char *tilde = strchr(id, '~');

@@ -277,8 +277,6 @@ struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
 				      struct serve_request *req, unsigned int *status);
 /* True when the request asks for an NDJSON stream. */
 bool serve_wants_ndjson(struct MHD_Connection *c);
-/* A reply of a JSON body (taken) with code; its status in *status. */
-struct MHD_Response *serve_json_response(unsigned int *status, unsigned int code, json_t *body);
 /* A JSON error {"error": one line, "kind": kind} with code; its status in *status. */
 struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
 					  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
