@@ -371,7 +371,8 @@ int cli_remote_session_open(void **out, const struct cli_remote *a)
 	doc = rsess_ask(s, "POST", "/v1/sessions", body, strlen(body), NULL);
 	free(body);
 	id = json_string_value(json_object_get(doc, "id"));
-	if (!doc || !id || !serve_session_id_valid(id)) {
+	/* NODE~ID, or the plain ID of a server from before nodes */
+	if (!doc || !id || !(serve_session_id_valid(id) || serve_run_id_valid(id))) {
 		cli_error("cannot open a session on %s: %s", a->server,
 			  doc ? "the reply has no session id" : s->errmsg);
 		if (s->status == 401)
