@@ -275,13 +275,21 @@ static void fwd_get_all(struct fwd_get *g, size_t n, struct curl_slist *hdrs, lo
 
 /* ---- finding a node ------------------------------------------------------------------- */
 
-/* Learn name -> url (a node that moved keeps its name); the oldest learnt goes when full. */
+/* Learn name -> url (a node that moved keeps its name); the oldest learnt goes when full.
+ * A learnt name that the url answered before (a node restarted under another name) is
+ * dropped, so that no address is listed or asked twice. */
 static void fwd_learn(struct serve_peers *p, const char *name, const char *url)
 {
 	struct fwd_peer *e = NULL;
 	size_t i;
 
 	pthread_mutex_lock(&p->mu);
+	for (i = 0; i < p->n;) {
+		if (p->v[i].learnt && strcmp(p->v[i].name, name) && !strcmp(p->v[i].url, url))
+			memmove(&p->v[i], &p->v[i + 1], (--p->n - i) * sizeof(p->v[0]));
+		else
+			i++;
+	}
 	for (i = 0; i < p->n; i++)
 		if (!strcmp(p->v[i].name, name))
 			break;
@@ -405,7 +413,7 @@ struct fwd {
 	CURLcode rc;
 	long status;
 	/* the reply's headers that are relayed */
-	char type[128], retry[16], disp[512], allow[64];
+	char type[128], retry[16], allow[64];
 	int64_t length; /* -1: unknown */
 	/* reply bytes not yet handed to libmicrohttpd */
 	char *hold;
@@ -438,13 +446,12 @@ static size_t fwd_on_header(char *ptr, size_t size, size_t n, void *payload)
 	static const struct { const char *name; size_t off, max; } keep[] = {
 		{ "content-type:", offsetof(struct fwd, type), sizeof(((struct fwd *)0)->type) },
 		{ "retry-after:", offsetof(struct fwd, retry), sizeof(((struct fwd *)0)->retry) },
-		{ "content-disposition:", offsetof(struct fwd, disp), sizeof(((struct fwd *)0)->disp) },
 		{ "allow:", offsetof(struct fwd, allow), sizeof(((struct fwd *)0)->allow) },
 	};
 
 	if (len >= 5 && !strncmp(ptr, "HTTP/", 5)) {
 		/* A new status line (after a 1xx): what came before is not this reply's. */
-		f->type[0] = f->retry[0] = f->disp[0] = f->allow[0] = '\0';
+		f->type[0] = f->retry[0] = f->allow[0] = '\0';
 		f->length = -1;
 		return len;
 	}
@@ -790,8 +797,20 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 				continue;
 			}
 		}
-		*out = serve_error_response(status, 502, "node_gone", "session %.96s's node %s does not answer: %s", id,
-				 node, f->err[0] ? f->err : curl_easy_strerror(f->rc));
+		/*
+		 * No connection: the node is gone. A connection that broke before
+		 * the reply's head may have reached the owner, which may have done
+		 * the work: not the same answer.
+		 */
+		if (fwd_not_connected(f))
+			*out = serve_error_response(status, 502, "node_gone",
+						    "session %.96s's node %s does not answer: %s", id, node,
+						    f->err[0] ? f->err : curl_easy_strerror(f->rc));
+		else
+			*out = serve_error_response(status, 502, "forward",
+						    "session %.96s's node %s took the request but its reply "
+						    "broke off (the call may have run there): %s",
+						    id, node, f->err[0] ? f->err : curl_easy_strerror(f->rc));
 		fwd_free(f);
 		return 0;
 	}
@@ -805,12 +824,12 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->type);
 	if (f->retry[0])
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, f->retry);
-	if (f->disp[0])
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_DISPOSITION, f->disp);
 	if (f->allow[0])
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, f->allow);
-	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
-				  (unsigned int)(2 * (s->opts.timeout_ms / 1000) + 120));
+	/* A streamed reply (no length) may be quiet while a cell runs: as a local stream. */
+	if (f->length < 0)
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+					  (unsigned int)(2 * (s->opts.timeout_ms / 1000) + 120));
 	*status = (unsigned int)f->status;
 	*out = r;
 	return 0;
@@ -843,8 +862,11 @@ json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *se
 	snprintf(line, sizeof(line), "Authorization: %s", auth ? auth : "");
 	snprintf(fwd_line, sizeof(fwd_line), FWD_HEADER ": %s", s->node);
 	if (!g || !names || !(l = curl_slist_append(NULL, line)) || !(hdrs = l) ||
-	    !(l = curl_slist_append(hdrs, fwd_line)))
+	    !(l = curl_slist_append(hdrs, fwd_line))) {
+		json_decref(unreachable); /* the caller answers 500 */
+		unreachable = NULL;
 		goto out;
+	}
 	hdrs = l;
 	pthread_mutex_lock(&p->mu);
 	for (size_t i = 0; i < p->n; i++) {

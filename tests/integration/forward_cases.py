@@ -311,6 +311,54 @@ def case_dns():
                 n.stop()
 
 
+def case_broken_peer():
+    # Peers that fail in the two ways a forwarded call can: y refuses the
+    # connection (nothing was sent: node_gone), z takes the request and
+    # hangs up before any reply (the call may have run there: forward).
+    # z is a socket of the test's own, since a real node answers.
+    tmp = tempfile.mkdtemp(prefix="nbrun-forward-")
+    write_tokens(tmp)
+    closed = free_port()
+    taker = socket.socket()
+    taker.bind(("127.0.0.1", 0))
+    taker.listen(8)
+    took = []
+
+    def take():
+        while True:
+            try:
+                c, _ = taker.accept()
+            except OSError:
+                return
+            c.settimeout(10)
+            try:
+                took.append(c.recv(65536))
+            except OSError:
+                pass
+            c.close()
+
+    threading.Thread(target=take, daemon=True).start()
+    a = None
+    try:
+        a = Node("a", free_port(), {"y": closed, "z": taker.getsockname()[1]}, tmp)
+        st, doc = a.json("GET", "/v1/health", token=None)
+        check(st == 200 and doc["node"] == "a", "health names the node: %d %r" % (st, doc))
+        for node, kind, words in (("y", "node_gone", "does not answer"), ("z", "forward", "broke off")):
+            sid = node + "~0123456789abcdef"
+            st, doc = a.json("POST", "/v1/sessions/%s/execute" % sid, {"code": "1"})
+            check(st == 502 and doc["kind"] == kind and words in doc["error"] and sid in doc["error"] and
+                  "\n" not in doc["error"], "%s: %d %r" % (node, st, doc))
+        check(any(b"POST /v1/sessions/z~0123456789abcdef/execute" in r and b"Nbrun-Forwarded: a" in r
+                  for r in took), "z got the forwarded request: %r" % took[:1])
+        st, lst = a.json("GET", "/v1/sessions")
+        check(st == 200 and lst["sessions"] == [] and sorted(lst["unreachable"]) == ["y", "z"],
+              "list: %d %r" % (st, lst))
+    finally:
+        taker.close()
+        if a:
+            a.stop()
+
+
 def case_usage():
     tmp = tempfile.mkdtemp(prefix="nbrun-forward-")
     for args, what in ((["--node", "bad name"], "--node"), (["--node", "x" * 64], "--node"),
