@@ -302,9 +302,15 @@ def case_execute():
     # the kernel is still there: state kept between executes
     events, done, _ = a.execute(["print(x)"], rid="e3")
     check(done["status"] == "ok" and text(cells_of(events)[0][1]) == "40\n", "state %r" % done)
+    # what another process writes to fd 1 at the very end of a cell comes with that cell
+    for i in range(10):
+        events, done, _ = a.execute(["import subprocess; subprocess.run(['echo', 'tail%d'])" % i,
+                                     "print('x')"], rid="f%d" % i)
+        got = [text(c) for _, c in cells_of(events)]
+        check(got == ["tail%d\n" % i, "x\n"], "fd 1 output at a cell's end: %r" % got)
     a.close()
     return "print/result/raise: 5 cell messages, statuses and outputs right, done error; " \
-           "stop_on_error stops; state kept across executes"
+           "stop_on_error stops; state kept across executes; a child's output at a cell's end kept"
 
 
 def case_stream():
@@ -423,6 +429,42 @@ def case_cell_timeout():
     a.close()
     return "cell interrupted after %.1f s: status timeout, nbrun.timed_out, next cell ran; " \
            "SIGINT ignored: killed after %.1f s, later executes dead" % (first, cs[0][0]["duration_ms"] / 1000)
+
+
+def case_outputs_late():
+    # The kernel's iopub thread is held just before the cell's idle status
+    # (the end of its outputs), whose reply goes out on time: the idle comes late: past
+    # output_wait the execute ends failed, saying so, rather than ok without
+    # what came late. Within the wait, the late output is kept.
+    hold = ("import time\nk = get_ipython().kernel\nplain = k._publish_status\n"
+            "def late(status, *a, **kw):\n"
+            "    if status == 'idle':\n"
+            "        k._publish_status = plain\n"
+            "        k.iopub_thread.io_loop.add_callback(time.sleep, %d)\n"
+            "    return plain(status, *a, **kw)\n"
+            "k._publish_status = late\nprint('early', flush=True)")
+    a = Agent()
+    a.ready()
+    events, done, _ = a.execute([hold % 6, "print('not run')"], rid="l1", output_wait=2)
+    cs = cells_of(events)
+    check(len(cs) == 1 and cs[0][0]["status"] == "error", "cells %r" % [m for m, _ in cs])
+    outs = cs[0][1]["outputs"]
+    check(any(o.get("ename") == "OutputsMissing" for o in outs if o["output_type"] == "error"),
+          "no error output says outputs are missing: %r" % outs)
+    check(done["status"] == "failed" and "did not all arrive within 2 s" in done["message"] and
+          "\n" not in done["message"], "done %r" % done)
+    time.sleep(5)   # the held thread lets go; the kernel serves again
+    events, done, _ = a.execute([hold % 2, "print('next')"], rid="l2", output_wait=10)
+    cs = cells_of(events)
+    check(done["status"] == "ok" and len(cs) == 2 and text(cs[0][1]) == "early\n" and
+          text(cs[1][1]) == "next\n", "within the wait: %r %r" % (done, [c for _, c in cs]))
+    for bad in (0, "5", 1.5, True):
+        a.send({"type": "execute", "id": "b", "output_wait": bad}, notebook(["1"]))
+        _, msg, _ = a.expect("error")
+        check("output_wait" in msg["message"], "output_wait %r: %r" % (bad, msg))
+    a.close()
+    return "outputs past output_wait: failed with OutputsMissing, later cells not run; within it: ok; " \
+           "bad output_wait refused"
 
 
 def case_kernel_dead():
