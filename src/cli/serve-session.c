@@ -854,16 +854,25 @@ static void stream_exec_work(struct serve_stream *st)
 	 * busy while the stream's connection is still being closed. Finished
 	 * first, so that a client leaving now interrupts nothing of the next.
 	 */
+	pthread_mutex_lock(&st->s->sessions->mu);
 	st->finished = 1;
 	st->unclaimed = true;
+	pthread_mutex_unlock(&st->s->sessions->mu);
 	sess_unclaim(st->s, st->ss);
 	stream_last(st, doc);
 }
 
 static void stream_exec_abort(struct serve_stream *st)
 {
-	/* The cell stops; the kernel and its state stay. */
-	nbrun_session_interrupt(st->ss->ns);
+	/*
+	 * The cell stops; the kernel and its state stay. Under the lock the
+	 * claim is given back with: once it is, the session may already run
+	 * the next request's cell, which is not this client's to stop.
+	 */
+	pthread_mutex_lock(&st->s->sessions->mu);
+	if (!st->unclaimed)
+		nbrun_session_interrupt(st->ss->ns);
+	pthread_mutex_unlock(&st->s->sessions->mu);
 }
 
 static void stream_exec_release(struct serve_stream *st)
