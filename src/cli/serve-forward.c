@@ -86,7 +86,23 @@ int serve_node_init(struct serve *s, const char *name)
 	char host[256] = "";
 
 	if (!name) {
-		if (gethostname(host, sizeof(host) - 1) < 0 || !serve_node_valid(host, strlen(host))) {
+		if (gethostname(host, sizeof(host) - 1) < 0)
+			host[0] = '\0';
+		/*
+		 * Alone, any name will do: a long host name is cut to its first
+		 * label, other characters become '-'. With peers it must be the
+		 * host's own name, which the others are told.
+		 */
+		if (!serve_node_valid(host, strlen(host)) && !s->peers) {
+			host[strcspn(host, ".")] = '\0';
+			host[SERVE_NODE_MAX] = '\0';
+			for (char *p = host; *p; p++)
+				if (!serve_node_valid(p, 1))
+					*p = '-';
+			if (!host[0])
+				snprintf(host, sizeof(host), "node");
+		}
+		if (!serve_node_valid(host, strlen(host))) {
 			cli_usage_error("serve", "this host's name '%.64s' is no node name: give --node NAME",
 					host);
 			return -1;
@@ -328,8 +344,8 @@ static void fwd_refresh(struct serve *s)
 	if (getaddrinfo(p->dns_host, p->dns_port, &hints, &res) != 0)
 		goto out;
 	p->resolved_ms = clock_mono_ms();
-	g = calloc(64, sizeof(*g));
-	for (ai = res; g && ai && n < 64; ai = ai->ai_next) {
+	g = calloc(FWD_PEERS_MAX, sizeof(*g));
+	for (ai = res; g && ai && n < FWD_PEERS_MAX; ai = ai->ai_next) {
 		char ip[INET6_ADDRSTRLEN] = "";
 		if (ai->ai_family == AF_INET)
 			inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof(ip));
@@ -617,7 +633,7 @@ static void fwd_url_encode(struct fwd_url *u, const char *s, const char *plain)
 	char esc[4];
 
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (strchr(plain, *p) && *p) {
+		if (strchr(plain, *p)) {
 			if (buf_append(&u->b, p, 1) < 0)
 				u->failed = true;
 			continue;

@@ -374,6 +374,37 @@ def case_usage():
               "%r: exit %d %r" % (args, p.returncode, p.stderr))
     p = subprocess.run([NBRUN, "serve", "--help"], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0 and "--peers-dns" in p.stdout and "--node" in p.stdout, "help: %r" % p.stdout[-500:])
+    # A host name that is no node name (in a UTS namespace of its own): alone,
+    # the server uses its first label with '-' for the rest; with peers it
+    # must be given --node.
+    write_tokens(tmp)
+    port = free_port()
+    odd = "bad~name.example.org"
+    serve = [NBRUN, "serve", "--listen", "127.0.0.1:%d" % port, "--pool", "0",
+             "--state-dir", os.path.join(tmp, "odd"), "--token-file", os.path.join(tmp, "tokens")]
+    named = ["unshare", "--uts", sys.executable, "-c",
+             "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])", odd]
+    p = subprocess.run(named + serve +
+                       ["--peer", "b=http://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--node" in p.stderr and odd in p.stderr, "with peers: %d %r" % (p.returncode, p.stderr))
+    proc = subprocess.Popen(named + serve,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        node = Node.__new__(Node)
+        node.host, node.port, node.name = "127.0.0.1", port, "odd"
+        deadline = time.time() + 60
+        while True:
+            try:
+                st, doc = node.json("GET", "/v1/health", token=None, timeout=10)
+                break
+            except OSError:
+                check(proc.poll() is None and time.time() < deadline, "serve did not start: %r" %
+                      (proc.stderr.read() if proc.poll() is not None else "still starting"))
+                time.sleep(0.2)
+        check(st == 200 and doc["node"] == "bad-name", "alone: node %r" % doc.get("node"))
+    finally:
+        proc.terminate()
+        proc.wait(60)
 
 
 if __name__ == "__main__":
