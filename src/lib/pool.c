@@ -22,7 +22,7 @@
 /* A sandbox whose kernel is not ready by then (or by the runs' timeout, when
  * longer: a gVisor sandbox starts several times slower) is given up. */
 #define POOL_READY_TIMEOUT_MS 60000
-/* Back-off after a failed start, doubling up to the maximum. */
+/* A queue's back-off after a failed start, doubling up to the maximum. */
 #define POOL_BACKOFF_MIN_MS 500
 #define POOL_BACKOFF_MAX_MS 30000
 
@@ -40,6 +40,10 @@ struct pool_queue {
 	unsigned int n_ready, n_starting;
 	unsigned int n_leased;        /* taken by runs that have not ended yet */
 	uint64_t hits, misses, failures;
+	/* After a failed start the queue waits backoff_ms (doubling) before
+	 * its next try, alone: another language's successes do not shorten it. */
+	unsigned int backoff_ms;
+	uint64_t retry_at_ms;         /* monotonic; 0: may start now */
 };
 
 struct nbrun_pool {
@@ -57,6 +61,7 @@ struct nbrun_pool {
 	struct pool_item *dead;       /* to remove */
 	bool reaper_busy;
 	char last_error[256];
+	const struct pool_queue *error_q; /* the queue last_error is about */
 	pthread_t filler, reaper;
 	bool have_filler, have_reaper;
 };
@@ -100,39 +105,81 @@ static void pool_sleep_ms(struct nbrun_pool *p, unsigned int ms)
 	pthread_cond_timedwait(&p->cond, &p->mu, &ts);
 }
 
-/* The next queue short of its size, taken in turn so that one language's
- * refills do not starve another's; NULL when every queue is full. */
-static struct pool_queue *pool_next_short(struct nbrun_pool *p)
+/* The next queue short of its size and not backing off, taken in turn so
+ * that one language's refills do not starve another's; NULL when there is
+ * none, with *wait_ms the time until a backing-off one may try again (0:
+ * none backs off, wait for room). */
+static struct pool_queue *pool_next_short(struct nbrun_pool *p, unsigned int *wait_ms)
 {
+	uint64_t now = clock_mono_ms();
+
+	*wait_ms = 0;
 	for (size_t i = 0; i < p->n_q; i++) {
 		size_t k = (p->turn + i) % p->n_q;
 		struct pool_queue *q = &p->q[k];
 
 		/* A leased sandbox keeps its place until its run ends: starting its
 		 * replacement at once would compete with that run for the CPU. */
-		if (q->n_ready + q->n_starting + q->n_leased < q->size) {
-			p->turn = (k + 1) % p->n_q;
-			return q;
+		if (q->n_ready + q->n_starting + q->n_leased >= q->size)
+			continue;
+		if (q->retry_at_ms > now) {
+			uint64_t w = q->retry_at_ms - now;
+
+			if (!*wait_ms || w < *wait_ms)
+				*wait_ms = (unsigned int)w;
+			continue;
 		}
+		p->turn = (k + 1) % p->n_q;
+		return q;
 	}
 	return NULL;
+}
+
+/* A start of q failed: say why in health, and pause q (only) for longer. */
+static void pool_failed(struct nbrun_pool *p, struct pool_queue *q, struct nbrun_ctx *ctx)
+{
+	bool python = q->lang == nbrun__language_default();
+
+	q->failures++;
+	/* Python's as always; another language's names it. */
+	snprintf(p->last_error, sizeof(p->last_error), "%s%s%s", python ? "" : q->lang->name,
+		 python ? "" : ": ", nbrun_ctx_errmsg(ctx));
+	p->error_q = q;
+	q->backoff_ms = q->backoff_ms ? q->backoff_ms * 2 : POOL_BACKOFF_MIN_MS;
+	if (q->backoff_ms > POOL_BACKOFF_MAX_MS)
+		q->backoff_ms = POOL_BACKOFF_MAX_MS;
+	q->retry_at_ms = clock_mono_ms() + q->backoff_ms;
+}
+
+/* A start of q worked: its pause ends, and its error (not another's) clears. */
+static void pool_succeeded(struct nbrun_pool *p, struct pool_queue *q)
+{
+	q->backoff_ms = 0;
+	q->retry_at_ms = 0;
+	if (p->error_q == q) {
+		p->last_error[0] = '\0';
+		p->error_q = NULL;
+	}
 }
 
 static void *pool_filler(void *arg)
 {
 	struct nbrun_pool *p = arg;
 	struct nbrun_ctx *ctx = NULL;
-	unsigned int backoff = 0;
 
 	if (nbrun_ctx_new(&ctx) < 0)
 		return NULL;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
-		struct pool_queue *q = pool_next_short(p);
+		unsigned int wait_ms;
+		struct pool_queue *q = pool_next_short(p, &wait_ms);
 		struct nbrun__sandbox *sb;
 
 		if (!q) {
-			pthread_cond_wait(&p->cond, &p->mu);
+			if (wait_ms)
+				pool_sleep_ms(p, wait_ms);
+			else
+				pthread_cond_wait(&p->cond, &p->mu);
 			continue;
 		}
 		q->n_starting++;
@@ -141,20 +188,10 @@ static void *pool_filler(void *arg)
 		pthread_mutex_lock(&p->mu);
 		q->n_starting--;
 		if (!sb) {
-			q->failures++;
-			/* Python's as always; another language's names it. */
-			snprintf(p->last_error, sizeof(p->last_error), "%s%s%s",
-				 q->lang == nbrun__language_default() ? "" : q->lang->name,
-				 q->lang == nbrun__language_default() ? "" : ": ", nbrun_ctx_errmsg(ctx));
-			backoff = backoff ? backoff * 2 : POOL_BACKOFF_MIN_MS;
-			if (backoff > POOL_BACKOFF_MAX_MS)
-				backoff = POOL_BACKOFF_MAX_MS;
-			if (!p->stop)
-				pool_sleep_ms(p, backoff);
+			pool_failed(p, q, ctx);
 			continue;
 		}
-		backoff = 0;
-		p->last_error[0] = '\0';
+		pool_succeeded(p, q);
 		{
 			struct pool_item *it = malloc(sizeof(*it));
 			if (!it || p->stop) {
