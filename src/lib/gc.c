@@ -62,9 +62,15 @@ static void gc_remove(struct nbrun__docker *d, const char *path, struct nbrun__g
 		c->failed++;
 }
 
+/* A minute for a listing asked for (nbrun gc): an engine in Swarm mode
+ * lists cluster volumes too and took over 10 s under load. The sweep before
+ * each cold run and session waits less: it is on their path, and what it
+ * misses the next one removes. An engine that is down fails at connect. */
 #define GC_LIST_TIMEOUT_MS 60000
+#define GC_ORPHANS_LIST_TIMEOUT_MS 10000
 
-static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_counts *c)
+static int gc_pass(struct nbrun__docker *d, long older_than_s, int list_timeout_ms,
+		   struct nbrun__gc_counts *c)
 {
 	json_t *list = NULL, *item;
 	size_t i;
@@ -72,12 +78,9 @@ static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_
 	char path[256];
 
 	c->removed = c->failed = 0;
-	/* A minute for a listing: an engine in Swarm mode lists cluster volumes
-	 * too and took over 10 s under load; an engine that is down fails at
-	 * connect, not here. */
 	status = nbrun__docker_json(d, "GET",
 				    "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22nbrun.run%22%5D%7D",
-				    NULL, &list, GC_LIST_TIMEOUT_MS);
+				    NULL, &list, list_timeout_ms);
 	if (status < 0)
 		return status;
 	json_array_foreach(list, i, item) {
@@ -91,7 +94,7 @@ static int gc_pass(struct nbrun__docker *d, long older_than_s, struct nbrun__gc_
 	list = NULL;
 	status = nbrun__docker_json(d, "GET",
 				    "/volumes?filters=%7B%22label%22%3A%5B%22nbrun.run%22%5D%7D",
-				    NULL, &list, GC_LIST_TIMEOUT_MS);
+				    NULL, &list, list_timeout_ms);
 	if (status < 0)
 		return status;
 	json_array_foreach(json_object_get(list, "Volumes"), i, item) {
@@ -110,14 +113,14 @@ int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 	struct nbrun__gc_counts c;
 
 	(void)ctx;
-	return gc_pass(d, -1, &c);
+	return gc_pass(d, -1, GC_ORPHANS_LIST_TIMEOUT_MS, &c);
 }
 
 int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
 	      struct nbrun__gc_counts *out)
 {
 	char last[sizeof(ctx->errmsg)] = "";
-	int rc = gc_pass(d, older_than_s, out);
+	int rc = gc_pass(d, older_than_s, GC_LIST_TIMEOUT_MS, out);
 
 	if (rc < 0 || !out->failed)
 		return rc;

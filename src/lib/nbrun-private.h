@@ -528,7 +528,9 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
  * older_than_s >= 0, also everything labelled and at least that old.
  * 0, or a negative code when a listing failed; nbrun__gc() also returns
  * NBRUN_EENGINE (the counts filled, the last failure in the message) when
- * any removal failed. Objects already gone count as neither.
+ * any removal failed. Objects already gone count as neither. A listing may
+ * take a minute in nbrun__gc(), 10 s in nbrun__gc_orphans() (before every
+ * cold run and session).
  */
 /* This process's pid namespace ("pid:[N]"; "" when unknown): labelled on
  * every sandbox, so that gc judges a pid only in the namespace it names. */
