@@ -671,10 +671,19 @@ static size_t job_max_files(const struct nbrun__job *j)
 	return j->opts->max_files ? j->opts->max_files : NBRUN_DEFAULT_MAX_FILES;
 }
 
-/* The archive of /mnt/data is bounded too: the data plus room for tar headers. */
+/*
+ * The archive of /mnt/data is bounded too: in entries (files, the
+ * directories above them, links and others the export skips, with room)
+ * and in bytes (the data plus those entries' tar headers).
+ */
+static size_t job_max_entries(const struct nbrun__job *j)
+{
+	return job_max_files(j) * 4 + 64;
+}
+
 static uint64_t job_max_archive(const struct nbrun__job *j)
 {
-	return job_max_file_bytes(j) + (uint64_t)(job_max_files(j) * 4 + 64) * 1536 + (1u << 20);
+	return job_max_file_bytes(j) + (uint64_t)job_max_entries(j) * 1536 + (1u << 20);
 }
 
 /*
@@ -683,9 +692,9 @@ static uint64_t job_max_archive(const struct nbrun__job *j)
  */
 static int job_send_fetch(struct nbrun__job *j)
 {
-	return job_send(j, json_pack("{s:s, s:s, s:s, s:I, s:b}", "type", "fetch", "id", "data", "path",
-				     "/mnt/data", "max_bytes", (json_int_t)job_max_archive(j),
-				     "changed", j->session),
+	return job_send(j, json_pack("{s:s, s:s, s:s, s:I, s:I, s:b}", "type", "fetch", "id", "data", "path",
+				     "/mnt/data", "max_bytes", (json_int_t)job_max_archive(j), "max_entries",
+				     (json_int_t)job_max_entries(j), "changed", j->session),
 			NULL, 0);
 }
 

@@ -381,6 +381,16 @@ def case_put_fetch():
     _, ar, blob = a.expect("archive")
     check(ar["truncated"] is True and len(blob) <= 3000, "truncated %r %d" % (ar, len(blob)))
     tarfile.open(fileobj=io.BytesIO(blob)).getmembers()
+    # a count cap: the first entries in the same order, truncated
+    a.send({"type": "fetch", "id": "f3", "path": "/mnt/data", "max_bytes": 1 << 20, "max_entries": 2})
+    _, ar, blob = a.expect("archive")
+    first = [m.name for m in tarfile.open(fileobj=io.BytesIO(blob)).getmembers()]
+    check(ar["truncated"] is True and len(first) == 2 and first == names[:2],
+          "max_entries 2: %r %r (all: %r)" % (ar, first, names[:4]))
+    for bad in (0, "2", 1.5, True):
+        a.send({"type": "fetch", "id": "f4", "path": "/mnt/data", "max_bytes": 1 << 20, "max_entries": bad})
+        _, err, _ = a.expect("error")
+        check(err["id"] == "f4" and "max_entries" in err["message"], "max_entries %r: %r" % (bad, err))
     # refused puts: nothing outside, the agent goes on
     for rid, entries in (("b1", [("../evil", b"x")]), ("b2", [("/abs", b"x")]),
                          ("b3", [("ln", ("link", "/etc"))]), ("b4", [("a/../../x", b"x")])):
@@ -398,7 +408,7 @@ def case_put_fetch():
     a.expect("pong")
     a.close()
     return "put 2 files (uid 1000), code read them and wrote out.csv; fetch: files, open file " \
-           "flushed, symlink as link, a locked file of its own sent, truncated under max_bytes; 6 bad puts refused"
+           "flushed, symlink as link, a locked file of its own sent, truncated under max_bytes and max_entries; 6 bad puts refused"
 
 
 def case_cell_timeout():
