@@ -634,13 +634,14 @@ static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out
 }
 
 /*
- * A removal the engine could not take (unreachable, 5xx, 409 while the
- * container is still being killed) is tried again until deadline: an engine
- * restarting under a run comes back within seconds, and a removal given up
- * at once would leave the volume behind until this process has exited and
- * a later gc sees it.
+ * A removal the engine could not take (unreachable, 5xx) is tried again until
+ * deadline, one it answers 409 to (the container is still being started or
+ * killed) until busy_deadline: an engine restarting under a run comes back
+ * within seconds, and a removal given up at once would leave the volume
+ * behind until this process has exited and a later gc sees it. True when
+ * the object is gone (or was never made).
  */
-static void dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
+static bool dsb_delete(struct dsb *b, const char *kind, const char *name, const char *query,
 		       bool *have, uint64_t deadline, uint64_t busy_deadline)
 {
 	char path[160];
@@ -649,7 +650,7 @@ static void dsb_delete(struct dsb *b, const char *kind, const char *name, const 
 	int status;
 
 	if (!*have)
-		return;
+		return true;
 	snprintf(path, sizeof(path), "/%s/%s?%s", kind, name, query);
 	for (;;) {
 		status = nbrun__docker_json(b->docker, "DELETE", path, NULL, NULL, DSB_CLEANUP_TIMEOUT_MS);
@@ -664,6 +665,7 @@ static void dsb_delete(struct dsb *b, const char *kind, const char *name, const 
 			pause_ms *= 2;
 	}
 	*have = false;
+	return (status >= 200 && status < 300) || status == 404;
 }
 
 /*
@@ -687,7 +689,10 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 		sb->conn->close(sb->conn);
 		sb->conn = NULL;
 	}
-	dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline, busy);
+	/* The volume waits out a busy engine only when its container went: a
+	 * container left behind keeps it in use however long it is tried. */
+	if (!dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline, busy))
+		busy = deadline;
 	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data, deadline, busy);
 	if (sb->ctx)
 		memcpy(sb->ctx->errmsg, msg, sizeof(msg));
