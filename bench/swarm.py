@@ -8,6 +8,9 @@ worker token. The stack deploy/swarm/stack.yml runs one server per worker,
 published through the routing mesh. Then:
 
   1. a batch of N notebooks through the mesh: every one ok, on >= 2 nodes;
+     meanwhile one sandbox on a worker is inspected on its inner engine: the
+     hardening of one machine (CapDrop ALL, no-new-privileges, the seccomp
+     profile, network none, 1 GiB memory, 256 pids);
   2. the same batch again, a worker killed (SIGKILL) once some have finished:
      every notebook still has an ok result, and the retries are counted;
   3. the stack removed: no nbrun-labelled container or volume on a surviving
@@ -18,8 +21,13 @@ stack, the secret, the workers and their volumes, the swarm) is removed at the
 end, after a failure or Ctrl-C too; the images it built are kept.
 
   bench/swarm.py [--nbrun BUILD_DIR] [--workers 3] [--notebooks 30] [-j 6]
+
+It needs scripts/setup (engine, runtime image) and a meson build of nbrun
+(build-rel/, else build/, else --nbrun DIR): its binary goes into the serve
+image and runs the batches.
 """
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -60,6 +68,34 @@ def version():
     return "0.1.0"
 
 
+def kernel_has(module, config):
+    """This kernel's module loaded, loadable (modprobe -n knows built-ins too)
+    or configured in (/proc/config.gz); the workers share this kernel."""
+    if os.path.isdir(f"/sys/module/{module}"):
+        return True
+    for mp in ("modprobe", "/sbin/modprobe", "/usr/sbin/modprobe"):
+        if shutil.which(mp):
+            if subprocess.run([mp, "-n", "-q", module], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode == 0:
+                return True
+            break
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            return any(line.strip() in (f"{config}=y", f"{config}=m") for line in f)
+    except OSError:
+        return False
+
+
+def bridge_gateway():
+    """The default bridge's gateway (docker0): the manager's address the workers reach."""
+    out = sh("docker", "network", "inspect", "bridge", "-f",
+             "{{range .IPAM.Config}}{{.Gateway}} {{end}}", check=False)
+    for g in out.split():
+        if "." in g:
+            return g
+    return None
+
+
 def find_build(given):
     for d in [given, os.path.join(ROOT, "build-rel"), os.path.join(ROOT, "build")]:
         if d and os.access(os.path.join(d, "src", "cli", "nbrun"), os.X_OK):
@@ -84,6 +120,8 @@ class Bench:
         self.made_swarm = False
         self.made_gwbridge = False
         self.stack_up = False
+        self.sandbox_seen = False  # a sandbox's hardening inspected
+        self.next_look = 0.0
         self.tmp = tempfile.mkdtemp(prefix="nbrun-swarm.", dir="/var/tmp")
         self.failures = []
         self.figures = {}
@@ -105,6 +143,13 @@ class Bench:
         if left:
             raise Failed(f"worker containers of an earlier run are still here ({len(left)}): "
                          f"docker rm -f $(docker ps -aq --filter label=nbrun.swarm=node)")
+        # A worker's engine data of an earlier run: its old swarm state and
+        # images would come back with a worker of the same name.
+        vols = [v for v in sh("docker", "volume", "ls", "-q", "--filter", f"name={PREFIX}").split()
+                if v.startswith(PREFIX) and v.endswith("-docker")]
+        if vols:
+            raise Failed(f"worker volumes of an earlier run are still here ({', '.join(vols)}): "
+                         f"docker volume rm {' '.join(vols)}")
         st = os.statvfs("/var/lib/docker" if os.path.isdir("/var/lib/docker") else "/")
         free_gb = st.f_bavail * st.f_frsize / 2**30
         need = 4 * len(self.workers) + 4
@@ -165,16 +210,25 @@ class Bench:
         publish = self.a.publish
         if publish == "auto":
             # The routing mesh is IPVS in the nodes' kernels (the workers share this one).
-            publish = "ingress" if os.path.isdir("/proc/sys/net/ipv4/vs") else "host"
+            ipvs = os.path.isdir("/proc/sys/net/ipv4/vs") or kernel_has("ip_vs", "CONFIG_IP_VS")
+            publish = "ingress" if ipvs else "host"
             if publish == "host":
-                log("this kernel has no IPVS (no /proc/sys/net/ipv4/vs; dockerd logs 'error reading "
+                log("this kernel has no IPVS (no ip_vs module; dockerd logs 'error reading "
                     "the kernel parameter net.ipv4.vs.*' and programs no ingress rules, so the mesh's "
                     "port refuses connections on every node): publishing mode host on each node, "
                     "the batch given the nodes")
         self.figures["publish"] = publish
+        # The stack's overlay is encrypted (IPsec ESP); the batches here make
+        # no session calls, so nothing is forwarded over it: a kernel without
+        # ESP gets a plain one rather than no test.
+        overlay = "encrypted" if kernel_has("esp4", "CONFIG_INET_ESP") else "plain"
+        if overlay == "plain":
+            log("this kernel has no ESP (esp4): the stack's overlay is not encrypted (no session "
+                "calls are made, nothing is forwarded)")
+        self.figures["overlay"] = overlay
         sh(SWARM, "deploy", "--name", STACK, "--port", str(self.a.port), "--token-file",
            self.token_file, "--pool", str(self.a.pool), "--publish", publish,
-           "--timeout", self.a.run_timeout, capture=False)
+           "--timeout", self.a.run_timeout, "--overlay", overlay, capture=False)
         # Every worker's task running, then the mesh answering health.
         deadline = time.monotonic() + 300
         while True:
@@ -230,12 +284,18 @@ class Bench:
         err = []
         t = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
         t.start()
-        while p.poll() is None:
-            if on_progress:
-                done = sum(os.path.exists(os.path.join(out, os.path.basename(x)[:-6], "result.json"))
-                           for x in paths)
-                on_progress(done)
-            time.sleep(0.5)
+        try:
+            while p.poll() is None:
+                if on_progress:
+                    done = sum(os.path.exists(os.path.join(out, os.path.basename(x)[:-6], "result.json"))
+                               for x in paths)
+                    on_progress(done)
+                time.sleep(0.5)
+        except BaseException:
+            # Ctrl-C, SIGTERM or a failed step: the batch goes too, before cleanup.
+            p.kill()
+            p.wait()
+            raise
         t.join(5)
         wall = time.monotonic() - t0
         try:
@@ -274,9 +334,48 @@ class Bench:
         self.check(len(ran_on) >= 2, f"{name}: ran on {len(ran_on)} nodes (>= 2 wanted)")
         return per_node
 
+    def inspect_sandbox(self, _done):
+        """One sandbox on a worker's inner engine, inspected there: the hardening
+        of one machine. Tried every 2 s while the first batch runs."""
+        if self.sandbox_seen or time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + 2
+        for w in self.workers:
+            ids = sh("docker", "exec", w, "docker", "ps", "-q", "--filter", "label=nbrun.run",
+                     check=False).split()
+            if not ids:
+                continue
+            # It may be gone between ps and inspect: then the next try.
+            out = sh("docker", "exec", w, "docker", "inspect", ids[0], check=False)
+            try:
+                c = json.loads(out)[0]
+            except (ValueError, IndexError):
+                continue
+            self.sandbox_seen = True
+            hc = c.get("HostConfig") or {}
+            opts = hc.get("SecurityOpt") or []
+            seccomp = [o for o in opts if o.startswith("seccomp=")]
+            fig = {"node": w, "container": ids[0][:12], "CapDrop": hc.get("CapDrop"),
+                   "no_new_privileges": any(o.split(":")[0] == "no-new-privileges" and
+                                            not o.endswith(":false") for o in opts),
+                   "seccomp": "profile" if seccomp and seccomp[0] != "seccomp=unconfined"
+                   else (seccomp[0] if seccomp else "default"),
+                   "NetworkMode": hc.get("NetworkMode"), "Memory": hc.get("Memory"),
+                   "PidsLimit": hc.get("PidsLimit")}
+            self.figures["sandbox"] = fig
+            log(f"sandbox on {w}: {json.dumps(fig)}")
+            self.check("ALL" in (fig["CapDrop"] or []), f"sandbox on {w}: CapDrop ALL")
+            self.check(fig["no_new_privileges"], f"sandbox on {w}: no-new-privileges")
+            self.check(fig["seccomp"] == "profile", f"sandbox on {w}: nbrun's seccomp profile")
+            self.check(fig["NetworkMode"] == "none", f"sandbox on {w}: network none")
+            self.check(fig["Memory"] == 2**30, f"sandbox on {w}: 1 GiB memory")
+            self.check(fig["PidsLimit"] == 256, f"sandbox on {w}: 256 pids")
+            return
+
     def run(self):
         paths = self.notebooks()
-        report, wall, rc = self.batch("batch", paths)
+        report, wall, rc = self.batch("batch", paths, self.inspect_sandbox)
+        self.check(self.sandbox_seen, "batch: a sandbox on a worker inspected")
         self.judge("batch", paths, report, wall, rc)
 
         victim = self.workers[0]
@@ -331,15 +430,22 @@ class Bench:
         for w in self.started:
             sh("docker", "rm", "-f", "-v", w, check=False)
             sh("docker", "volume", "rm", f"{w}-docker", check=False)
-            # The inner engine's cgroups (empty once its processes are gone).
-            for ctl in os.listdir("/sys/fs/cgroup"):
-                top = os.path.join("/sys/fs/cgroup", ctl, w)
-                if os.path.isdir(top) and not os.path.islink(os.path.join("/sys/fs/cgroup", ctl)):
-                    for dirpath, _, _ in sorted(os.walk(top), key=lambda x: -len(x[0])):
-                        try:
-                            os.rmdir(dirpath)
-                        except OSError:
-                            pass
+            # The inner engine's cgroups (empty once its processes are gone):
+            # /sys/fs/cgroup/<worker> on cgroup v2 (one tree: cgroup.controllers
+            # at the top), /sys/fs/cgroup/<controller>/<worker> on v1.
+            if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+                tops = [os.path.join("/sys/fs/cgroup", w)]
+            else:
+                tops = [os.path.join("/sys/fs/cgroup", ctl, w) for ctl in os.listdir("/sys/fs/cgroup")
+                        if not os.path.islink(os.path.join("/sys/fs/cgroup", ctl))]
+            for top in tops:
+                if not os.path.isdir(top):
+                    continue
+                for dirpath, _, _ in sorted(os.walk(top), key=lambda x: -len(x[0])):
+                    try:
+                        os.rmdir(dirpath)
+                    except OSError:
+                        pass
         if self.made_swarm:
             sh("docker", "swarm", "leave", "--force", check=False)
             if self.made_gwbridge:
@@ -365,10 +471,15 @@ def main():
     ap.add_argument("--port", type=int, default=28411, help="published port")
     ap.add_argument("--publish", choices=["auto", "ingress", "host"], default="auto",
                     help="the routing mesh, or each node's port (auto: the mesh when the kernel has IPVS)")
-    ap.add_argument("--advertise", default="172.17.0.1", help="manager address (docker0)")
+    ap.add_argument("--advertise", help="manager address the workers reach "
+                    "(default: the bridge network's gateway, docker0)")
     a = ap.parse_args()
     if a.workers < 3:
         ap.error("--workers: at least 3 (one is killed, two must remain)")
+    if not a.advertise:
+        a.advertise = bridge_gateway()
+        if not a.advertise:
+            ap.error("--advertise: the engine's bridge network has no IPv4 gateway; give the address")
     b = Bench(a)
 
     def stop(sig, frame):
@@ -386,7 +497,10 @@ def main():
         b.failures.append(str(e))
         log(f"error: {e}")
     finally:
+        # Cleanup runs to its end: a second Ctrl-C or a SIGTERM would leave
+        # workers, volumes or the swarm behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         b.cleanup()
     b.figures["total_s"] = round(time.monotonic() - t0)
     b.figures["failures"] = b.failures
