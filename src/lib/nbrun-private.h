@@ -522,6 +522,15 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 
 /* ---- gc.c ----------------------------------------------------------------- */
 
+/* This process's pid namespace ("pid:[N]"; "" when unknown): labelled on
+ * every sandbox, so that gc judges a pid only in the namespace it names. */
+void nbrun__pidns(char *buf, size_t size);
+
+struct nbrun__gc_counts {
+	unsigned int removed;
+	unsigned int failed;   /* refused by the engine, or no answer */
+};
+
 /*
  * Remove containers and volumes of runs whose nbrun process on this host is
  * gone (killed with SIGKILL, say). Cheap: one listing each. When
@@ -532,14 +541,6 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
  * take a minute in nbrun__gc(), 10 s in nbrun__gc_orphans() (before every
  * cold run and session).
  */
-/* This process's pid namespace ("pid:[N]"; "" when unknown): labelled on
- * every sandbox, so that gc judges a pid only in the namespace it names. */
-void nbrun__pidns(char *buf, size_t size);
-
-struct nbrun__gc_counts {
-	unsigned int removed;
-	unsigned int failed;   /* refused by the engine, or no answer */
-};
 int nbrun__gc_orphans(struct nbrun__docker *d, struct nbrun_ctx *ctx);
 int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
 	      struct nbrun__gc_counts *out);

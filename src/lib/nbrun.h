@@ -424,6 +424,12 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
 
 /* ---- warm pool ------------------------------------------------------------- */
 
+/** One language's share of a pool (version 2 of its options). */
+struct nbrun_pool_language {
+	const char *language; /**< a name or alias (nbrun_language_name()) */
+	unsigned int size;    /**< its sandboxes kept ready (1 to 64) */
+};
+
 /**
  * A pool of sandboxes created, started and with their kernel booted (and
  * the data stack imported) before any run needs them. A run leases one
@@ -434,12 +440,6 @@ NBRUN_EXPORT int nbrun_notebook_inject_params(char **out, size_t *out_len, struc
  * the next pool or run of this host) removes what a killed process left.
  * The pool's functions may be called from any thread.
  */
-/** One language's share of a pool (version 2 of its options). */
-struct nbrun_pool_language {
-	const char *language; /**< a name or alias (nbrun_language_name()) */
-	unsigned int size;    /**< its sandboxes kept ready (1 to 64) */
-};
-
 struct nbrun_pool_options {
 	unsigned int version;
 	unsigned int size;    /**< Python sandboxes kept ready (1 to 64; default 2) */
@@ -448,12 +448,14 @@ struct nbrun_pool_options {
 	/** Modules imported in each Python kernel before it counts as ready; NULL or "" none. */
 	const char *preload;
 	/**
-	 * Version 2: the languages kept warm and how many of each, or NULL:
-	 * Python only, size of them (size is ignored otherwise). Each language
-	 * at most once, its kernel in the image; the sizes add up to at most
-	 * 64. Only Python's sandboxes import the preload; the others have
-	 * their kernel up and nothing more. A run or session leases a sandbox
-	 * of its own language only.
+	 * Version 2: the languages kept warm and how many of each
+	 * (language_count of them, at least one: languages with a
+	 * language_count of 0 is NBRUN_EINVAL), or NULL: Python only, size of
+	 * them (size is ignored otherwise). Each language at most once, its
+	 * kernel in the image; the sizes add up to at most 64. Only Python's
+	 * sandboxes import the preload; the others have their kernel up and
+	 * nothing more. A run or session leases a sandbox of its own language
+	 * only.
 	 */
 	const struct nbrun_pool_language *languages;
 	size_t language_count;

@@ -349,6 +349,9 @@ static int pool_check_languages(struct nbrun_ctx *ctx, const struct nbrun_pool_o
 {
 	size_t n = pool_language_count(o);
 
+	/* An empty list is a mistake, not a request for Python's default. */
+	if (o->version >= 2 && o->languages && !o->language_count)
+		return nbrun__err(ctx, NBRUN_EINVAL, "the pool's languages are given but none is named");
 	*total = n ? 0 : o->size;
 	for (size_t i = 0; i < n; i++) {
 		const struct nbrun_pool_language *pl = &o->languages[i];

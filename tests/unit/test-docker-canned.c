@@ -1734,6 +1734,32 @@ static void gc_cli(void **state)
 		fail_msg("exit %d, stdout %s, stderr %s", WEXITSTATUS(st), out, err);
 }
 
+/* ---- pool options ------------------------------------------------------------ */
+
+/* Options the pool refuses before it asks the engine anything. */
+static void pool_refused(const struct nbrun_pool_options *o, const char *says)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun_pool *p = (void *)0x1;
+
+	assert_int_equal(nbrun_pool_new(&p, &ctx, o), NBRUN_EINVAL);
+	assert_null(p);
+	if (!strstr(ctx.errmsg, says))
+		fail_msg("message: %s (wanted: %s)", ctx.errmsg, says);
+	assert_int_equal(n_asked(), 0);
+}
+
+/* A list of languages with none in it is a mistake, not Python's default. */
+static void pool_languages_empty(void **state)
+{
+	static const struct nbrun_pool_language langs[] = { { "python", 1 } };
+	struct nbrun_pool_options o = NBRUN_POOL_OPTIONS_INIT;
+
+	o.languages = langs;
+	o.language_count = 0;
+	pool_refused(&o, "none is named");
+}
+
 int main(int argc, char **argv)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1784,6 +1810,7 @@ int main(int argc, char **argv)
 		T(gc_all_removed),
 		T(gc_pid_namespace),
 		T(gc_cli),
+		T(pool_languages_empty),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	unit_filter_args(argc, argv);
