@@ -54,8 +54,8 @@ struct nbrun_result {
 };
 
 int nbrun__result_new(struct nbrun_result **out, const char *run_id);
-/* Record the machine that ran the sandbox ("node": this host's name; in a
- * Swarm service the node's, see deploy/swarm/stack.yml). */
+/* Record the machine nbrun ran on ("node": this host's name, gethostname();
+ * in a Swarm service the node's, see deploy/swarm/stack.yml). */
 void nbrun__result_set_node(struct nbrun_result *r);
 void nbrun__result_set_status(struct nbrun_result *r, enum nbrun_status st, const char *message);
 /* Record something that was not exported or was cut: {"path","reason"}
