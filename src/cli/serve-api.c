@@ -145,13 +145,7 @@ int serve_languages_init(struct serve *s, const char *prog)
 
 static bool serve_has_language(const struct serve *s, const char *canon)
 {
-	const char *all = s->languages ? s->languages : "python";
-	size_t n = strlen(canon);
-
-	for (const char *p = all; (p = strstr(p, canon)); p += n)
-		if ((p == all || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-			return true;
-	return false;
+	return text_has_word(s->languages ? s->languages : "python", canon);
 }
 
 const char *serve_languages_list(const struct serve *s, char *buf, size_t len)

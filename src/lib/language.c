@@ -14,6 +14,7 @@
 
 #include "jsonx.h"
 #include "nbrun-private.h"
+#include "text.h"
 
 /* ---- names ------------------------------------------------------------------ */
 
@@ -507,13 +508,7 @@ NBRUN_EXPORT int nbrun_image_languages(char **out, struct nbrun_ctx *ctx, const 
 		return rc;
 	/* In the table's order; Python always (an image without the label has it only). */
 	for (size_t i = 0; i < N_LANGUAGES && rc == 0; i++) {
-		const char *k = languages[i].kernel, *p;
-		size_t n = strlen(k);
-
-		for (p = kernels; (p = strstr(p, k)); p += n)
-			if ((p == kernels || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-				break;
-		if (p || i == 0)
+		if (i == 0 || text_has_word(kernels, languages[i].kernel))
 			rc = buf_printf(&b, "%s%s", b.len ? " " : "", languages[i].name);
 	}
 	free(kernels);

@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "nbrun-private.h"
+#include "text.h"
 
 #define POOL_MAX_SIZE 64
 /* A sandbox whose kernel is not ready by then (or by the runs' timeout, when
@@ -412,16 +413,6 @@ static int pool_queues_new(struct nbrun_pool *p, struct nbrun_ctx *ctx, const st
 	return 0;
 }
 
-static bool pool_has_word(const char *list, const char *w)
-{
-	size_t n = strlen(w);
-
-	for (const char *s = list; (s = strstr(s, w)); s += n)
-		if ((s == list || s[-1] == ' ') && (s[n] == ' ' || s[n] == '\0'))
-			return true;
-	return false;
-}
-
 /* Every language of the pool has its kernel in the (resolved) image. */
 static int pool_check_kernels(struct nbrun_pool *p, struct nbrun_ctx *ctx)
 {
@@ -432,7 +423,7 @@ static int pool_check_kernels(struct nbrun_pool *p, struct nbrun_ctx *ctx)
 		return 0;
 	rc = nbrun_image_languages(&have, ctx, p->image);
 	for (size_t i = 0; rc == 0 && i < p->n_q; i++)
-		if (!pool_has_word(have, p->q[i].lang->name))
+		if (!text_has_word(have, p->q[i].lang->name))
 			rc = nbrun__err(ctx, NBRUN_EINVAL, "the image %s has no %s kernel; its languages: %s",
 					p->image, p->q[i].lang->name, have);
 	free(have);

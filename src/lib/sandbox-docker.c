@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "nbrun-private.h"
+#include "text.h"
 
 #define DSB_UID 1000
 #define DSB_GID 1000
@@ -317,8 +318,7 @@ static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
 	struct dsb *b = dsb_of(sb);
 	char path[512];
 	json_t *reply = NULL;
-	const char *list, *p;
-	size_t n = strlen(kernel);
+	const char *list;
 	int status;
 
 	if (!strcmp(kernel, "python3"))
@@ -333,10 +333,7 @@ static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
 	}
 	list = json_string_value(json_object_get(
 		json_object_get(json_object_get(reply, "Config"), "Labels"), "nbrun.kernels"));
-	for (p = list; p && (p = strstr(p, kernel)); p += n)
-		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-			break;
-	status = p ? 0
+	status = text_has_word(list, kernel) ? 0
 		   : nbrun__err(sb->ctx, NBRUN_EINVAL,
 				"image %s has no %s kernel (its kernels: %.200s); languages nbrun runs: %s",
 				sb->image, kernel, list ? list : "python3", nbrun__language_names());

@@ -56,6 +56,18 @@ bool text_utf8_valid(const char *str, size_t len)
 	return true;
 }
 
+bool text_has_word(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+
+	if (!list || !n)
+		return false;
+	for (const char *p = list; (p = strstr(p, word)); p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
 char *text_utf8_sanitize(const char *str, size_t len, size_t *outlen)
 {
 	const unsigned char *s = (const unsigned char *)str;

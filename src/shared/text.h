@@ -10,6 +10,10 @@
 /* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
 bool text_utf8_valid(const char *s, size_t len);
 
+/* True when word (not empty) is one of the space-separated words of list
+ * (NULL: none); "py" is not in "python3 r". */
+bool text_has_word(const char *list, const char *word);
+
 /*
  * Copy s[0..len) replacing every byte that is not part of well-formed UTF-8
  * with U+FFFD. Returns a NUL-terminated malloc'd string (length in *outlen

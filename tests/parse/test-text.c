@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for src/shared/text.c: ANSI stripping, UTF-8 sanitising, head+tail truncation. */
+/* Unit tests for src/shared/text.c: ANSI stripping, UTF-8 sanitising, head+tail truncation, word lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -233,6 +233,23 @@ static void test_acc_exact_fit(void **state)
 	free(s);
 }
 
+/* Whole words only: a prefix, suffix or middle of a word is not one. */
+static void test_has_word(void **state)
+{
+	assert_true(text_has_word("python3 ir javascript", "python3"));
+	assert_true(text_has_word("python3 ir javascript", "ir"));
+	assert_true(text_has_word("python3 ir javascript", "javascript"));
+	assert_true(text_has_word("r", "r"));
+	assert_true(text_has_word("rust r", "r")); /* after a partial match */
+	assert_false(text_has_word("python3 ir", "python"));
+	assert_false(text_has_word("python3 ir", "i"));
+	assert_false(text_has_word("python3 ir", "3 ir"));
+	assert_false(text_has_word("python3 irkernel", "ir"));
+	assert_false(text_has_word("", "r"));
+	assert_false(text_has_word(NULL, "r"));
+	assert_false(text_has_word("python3 ir", ""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +263,7 @@ int main(void)
 		cmocka_unit_test(test_truncate_utf8_boundaries),
 		cmocka_unit_test(test_acc_many_pieces),
 		cmocka_unit_test(test_acc_exact_fit),
+		cmocka_unit_test(test_has_word),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
