@@ -475,11 +475,13 @@ int jsonx_write_container(struct buf *b, const json_t *v, int depth, const struc
 	rc = buf_puts(b, syn->map_open);
 	i = 0;
 	json_object_foreach((json_t *)v, key, item) {
-		json_t *k = json_string(key);
+		/* A key that is not UTF-8 cannot be written (jansson refuses it). */
+		bool utf8 = text_utf8_valid(key, strlen(key));
+		json_t *k = utf8 ? json_string(key) : NULL;
 		if (rc == 0 && i++)
 			rc = buf_puts(b, syn->sep);
 		if (rc == 0)
-			rc = k ? write(b, k, depth + 1) : -ENOMEM;
+			rc = !utf8 ? -EINVAL : k ? write(b, k, depth + 1) : -ENOMEM;
 		json_decref(k);
 		if (rc == 0)
 			rc = buf_puts(b, syn->kv);

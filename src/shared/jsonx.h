@@ -57,8 +57,8 @@ struct jsonx_syntax {
 typedef int (*jsonx_writer)(struct buf *b, const json_t *v, int depth);
 /*
  * An array or object v in that syntax: each item, and each key as a JSON
- * string, written by write at depth + 1. 0, a negative errno, or 1 when v
- * is neither (nothing written).
+ * string, written by write at depth + 1. 0, a negative errno (-EINVAL for
+ * a key that is not UTF-8), or 1 when v is neither (nothing written).
  */
 int jsonx_write_container(struct buf *b, const json_t *v, int depth, const struct jsonx_syntax *syn,
 			  jsonx_writer write);

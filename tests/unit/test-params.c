@@ -5,6 +5,7 @@
  * injection as Python. The expected values were taken from CPython 3.11
  * (the image's Python) running papermill's _resolve_type.
  */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -263,6 +264,49 @@ static void jsonx_refuses(void **state)
 	}
 }
 
+/* A string starting with the marker byte is refused, as a value or a key,
+ * never taken for a big integer written raw. */
+static void jsonx_marker_byte_refused(void **state)
+{
+	static const char *const bad[] = { "\"\xff" "123\"", "[\"\xff" "123\"]", "{\"\xff" "1\": 1}" };
+	char err[160];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *v = jsonx_loadb(bad[i], strlen(bad[i]), err, sizeof(err));
+		if (v)
+			fail_msg("'%s' was accepted", bad[i]);
+		if (!strstr(err, "not valid UTF-8"))
+			fail_msg("'%s': %s", bad[i], err);
+	}
+}
+
+static int write_json(struct buf *b, const json_t *v, int depth)
+{
+	char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	int rc = t ? buf_puts(b, t) : -ENOMEM;
+
+	(void)depth;
+	free(t);
+	return rc;
+}
+
+/* A key that is not UTF-8 (set past jansson's check) is a bad value, not out of memory. */
+static void jsonx_key_not_utf8(void **state)
+{
+	static const struct jsonx_syntax syn = { "[", "]", "{", "}", ",", ":" };
+	struct buf b = BUF_INIT(4096);
+	json_t *o = json_object();
+
+	(void)state;
+	assert_non_null(o);
+	assert_int_equal(json_object_set_new_nocheck(o, "caf\xe9", json_integer(1)), 0);
+	assert_int_equal(jsonx_write_container(&b, o, 0, &syn, write_json), -EINVAL);
+	assert_null(jsonx_dumps(o));
+	buf_free(&b);
+	json_decref(o);
+}
+
 static void jsonx_depth_capped(void **state)
 {
 	char deep[300];
@@ -500,6 +544,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(layers_in_papermill_order),
 		cmocka_unit_test(jsonx_round_trip),
 		cmocka_unit_test(jsonx_refuses),
+		cmocka_unit_test(jsonx_marker_byte_refused),
+		cmocka_unit_test(jsonx_key_not_utf8),
 		cmocka_unit_test(jsonx_depth_capped),
 		cmocka_unit_test(inject_exact_values),
 		cmocka_unit_test(inject_in_place),
