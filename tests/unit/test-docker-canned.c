@@ -1435,6 +1435,150 @@ static void sandbox_container_spec(void **state)
 	check_created_spec("spec1", true);
 }
 
+/* The "seccomp=" option among HostConfig.SecurityOpt, or NULL. */
+static const char *seccomp_option(const json_t *hc)
+{
+	const json_t *v = json_object_get(hc, "SecurityOpt");
+
+	for (size_t i = 0; i < json_array_size(v); i++)
+		if (!strncmp(json_string_value(json_array_get(v, i)) ?: "", "seccomp=", 8))
+			return json_string_value(json_array_get(v, i));
+	return NULL;
+}
+
+/* The profile refuses name (EPERM) when argument index, masked with S_IFMT, is type. */
+static bool seccomp_denies_node(const char *opt, const char *name, int index, json_int_t type)
+{
+	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule, *arg;
+	bool denied = false;
+	size_t i;
+
+	if (!p)
+		fail_msg("the seccomp profile is not JSON");
+	json_array_foreach(json_object_get(p, "syscalls"), i, rule) {
+		const char *action = json_string_value(json_object_get(rule, "action"));
+		const char *op;
+
+		arg = json_array_get(json_object_get(rule, "args"), 0);
+		op = json_string_value(json_object_get(arg, "op"));
+		if (json_array_size(json_object_get(rule, "names")) == 1 &&
+		    json_array_has_string(json_object_get(rule, "names"), name) && action &&
+		    !strcmp(action, "SCMP_ACT_ERRNO") &&
+		    json_integer_value(json_object_get(rule, "errnoRet")) == 1 &&
+		    json_array_size(json_object_get(rule, "args")) == 1 &&
+		    json_integer_value(json_object_get(arg, "index")) == index &&
+		    json_integer_value(json_object_get(arg, "value")) == 0170000 &&
+		    json_integer_value(json_object_get(arg, "valueTwo")) == type && op &&
+		    !strcmp(op, "SCMP_CMP_MASKED_EQ"))
+			denied = true;
+	}
+	json_decref(p);
+	return denied;
+}
+
+/* Whether the profile has a rule naming syscall at all. */
+static bool seccomp_names(const char *opt, const char *syscall)
+{
+	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule;
+	bool named = false;
+	size_t i;
+
+	if (!p)
+		fail_msg("the seccomp profile is not JSON");
+	json_array_foreach(json_object_get(p, "syscalls"), i, rule)
+		if (json_array_has_string(json_object_get(rule, "names"), syscall))
+			named = true;
+	json_decref(p);
+	return named;
+}
+
+/* The Ulimits entry called name: its soft and hard limits; false when there is none. */
+static bool ulimit_of(const json_t *hc, const char *name, json_int_t *soft, json_int_t *hard)
+{
+	size_t i, n = 0;
+	json_t *u;
+
+	json_array_foreach(json_object_get(hc, "Ulimits"), i, u) {
+		const char *un = json_string_value(json_object_get(u, "Name"));
+		if (un && !strcmp(un, name)) {
+			*soft = json_integer_value(json_object_get(u, "Soft"));
+			*hard = json_integer_value(json_object_get(u, "Hard"));
+			n++;
+		}
+	}
+	if (n > 1)
+		fail_msg("%zu Ulimits entries for %s", n, name);
+	return n == 1;
+}
+
+/* Create a sandbox of runtime (NULL: the engine's default) and return its container request. */
+static json_t *created_spec_of(const char *id, const char *runtime)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun__sandbox *sb;
+	struct nbrun__sandbox_spec spec = test_spec(false);
+	char want[256];
+	json_t *c;
+	int from = n_asked();
+
+	if (!S.running)
+		srv_start();
+	spec.runtime = runtime;
+	assert_int_equal(nbrun__sandbox_new(&sb, &ctx, &nbrun__sandbox_docker, id), 0);
+	sandbox_created(&ctx, sb, &spec);
+	snprintf(want, sizeof(want), "POST /v1.41/containers/create?name=nbrun-%s", id);
+	c = asked_json(find_asked(want, from));
+	assert_non_null(c);
+	nbrun__sandbox_free(sb);
+	return c;
+}
+
+/*
+ * Under runsc the engine's pids limit is a backstop for gVisor's host threads
+ * ((pids + 64) * 8), --pids is RLIMIT_NPROC inside, the mknod rules stay and
+ * the clone3 rule goes; under runc none of that.
+ */
+static void sandbox_runsc_spec(void **state)
+{
+	const struct nbrun__sandbox_spec spec = test_spec(false);
+	json_t *c, *hc;
+	json_int_t soft = 0, hard = 0;
+	const char *seccomp;
+
+	answer("POST /v1.41/containers/create", NULL, 201, "{\"Id\":\"c0ffee\",\"Warnings\":[]}");
+	answer("DELETE /v1.41/volumes/", NULL, 204, "");
+
+	c = created_spec_of("gv", "runsc");
+	hc = json_object_get(c, "HostConfig");
+	assert_string_equal(json_string_value(json_object_get(hc, "Runtime")), "runsc");
+	assert_true(json_integer_value(json_object_get(hc, "PidsLimit")) == (json_int_t)(spec.pids + 64) * 8);
+	assert_true(ulimit_of(hc, "nproc", &soft, &hard));
+	assert_true(soft == (json_int_t)spec.pids && hard == (json_int_t)spec.pids);
+	assert_true(ulimit_of(hc, "nofile", &soft, &hard));
+	assert_true(soft == 4096 && hard == 4096);
+	seccomp = seccomp_option(hc);
+	assert_non_null(seccomp);
+	/* S_IFCHR and S_IFBLK: mknod's mode is argument 1, mknodat's 2 */
+	assert_true(seccomp_denies_node(seccomp, "mknod", 1, 0020000));
+	assert_true(seccomp_denies_node(seccomp, "mknod", 1, 0060000));
+	assert_true(seccomp_denies_node(seccomp, "mknodat", 2, 0020000));
+	assert_true(seccomp_denies_node(seccomp, "mknodat", 2, 0060000));
+	assert_false(seccomp_denies_node(seccomp, "mknod", 1, 0010000)); /* a FIFO may be made */
+	assert_false(seccomp_names(seccomp, "clone3"));
+	assert_true(seccomp_denies(seccomp, "ptrace"));
+	json_decref(c);
+
+	c = created_spec_of("rc", NULL);
+	hc = json_object_get(c, "HostConfig");
+	assert_true(json_integer_value(json_object_get(hc, "PidsLimit")) == (json_int_t)spec.pids);
+	assert_false(ulimit_of(hc, "nproc", &soft, &hard));
+	seccomp = seccomp_option(hc);
+	assert_non_null(seccomp);
+	assert_true(seccomp_denies_node(seccomp, "mknodat", 2, 0060000));
+	assert_true(seccomp_names(seccomp, "clone3"));
+	json_decref(c);
+}
+
 /* Removal happens once, however often it is asked for. */
 static void sandbox_destroy_idempotent(void **state)
 {
@@ -1760,6 +1904,71 @@ static void pool_languages_empty(void **state)
 	pool_refused(&o, "none is named");
 }
 
+/* Options that pass the checks: the pool then asks the engine, here absent. */
+static void pool_accepted(const struct nbrun_pool_options *o)
+{
+	struct nbrun_ctx ctx = { "" };
+	struct nbrun_pool *p = (void *)0x1;
+	char nope[256];
+
+	snprintf(nope, sizeof(nope), "%s/nope.sock", S.dir);
+	set_host(nope);
+	assert_int_equal(nbrun_pool_new(&p, &ctx, o), NBRUN_EENGINE);
+	assert_null(p);
+	set_host(S.sock);
+}
+
+static void pool_options_v2(void **state)
+{
+	static const struct nbrun_pool_language unknown[] = { { "python", 1 }, { "cobol", 1 } };
+	static const struct nbrun_pool_language twice[] = { { "r", 1 }, { "python", 2 }, { "IR", 1 } };
+	static const struct nbrun_pool_language zero[] = { { "python", 1 }, { "bash", 0 } };
+	static const struct nbrun_pool_language big[] = { { "js", 65 } };
+	static const struct nbrun_pool_language over[] = { { "python", 40 }, { "r", 20 }, { "bash", 5 } };
+	static const struct nbrun_pool_language fits[] = { { "python", 40 }, { "r", 20 }, { "bash", 4 } };
+	struct nbrun_pool_options o = NBRUN_POOL_OPTIONS_INIT;
+
+	o.languages = unknown;
+	o.language_count = 2;
+	pool_refused(&o, "unknown language 'cobol' for the pool");
+	o.languages = twice;
+	o.language_count = 3;
+	pool_refused(&o, "the pool names r twice");
+	o.languages = zero;
+	o.language_count = 2;
+	pool_refused(&o, "the pool's bash size must be between 1 and 64");
+	o.languages = big;
+	o.language_count = 1;
+	pool_refused(&o, "the pool's javascript size must be between 1 and 64");
+	o.languages = over;
+	o.language_count = 3;
+	pool_refused(&o, "pool size must be between 1 and 64 over all languages");
+	/* the sizes of the list count, not size */
+	o.languages = fits;
+	o.size = 0;
+	pool_accepted(&o);
+	o.version = NBRUN_POOL_OPTIONS_VERSION + 1;
+	pool_refused(&o, "of another version");
+}
+
+/* Version 1 options know no languages: those fields are not read, size is. */
+static void pool_options_v1(void **state)
+{
+	static const struct nbrun_pool_language unknown[] = { { "cobol", 1 } };
+	struct nbrun_pool_options o = NBRUN_POOL_OPTIONS_INIT;
+
+	o.version = 1;
+	o.languages = unknown;
+	o.language_count = 0; /* an empty list too: only version 2 reads it */
+	pool_accepted(&o);
+	o.language_count = 1;
+	pool_accepted(&o);
+	o.size = 65;
+	pool_refused(&o, "pool size must be between 1 and 64");
+	o.size = 0;
+	pool_refused(&o, "pool size must be between 1 and 64");
+}
+
 int main(int argc, char **argv)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1798,6 +2007,7 @@ int main(int argc, char **argv)
 		T(sandbox_data_volume_fails),
 		T(sandbox_container_refused),
 		T(sandbox_container_spec),
+		T(sandbox_runsc_spec),
 		T(sandbox_runtime_unknown),
 		T(sandbox_runtime_not_used),
 		T(sandbox_destroy_idempotent),
@@ -1811,6 +2021,8 @@ int main(int argc, char **argv)
 		T(gc_pid_namespace),
 		T(gc_cli),
 		T(pool_languages_empty),
+		T(pool_options_v2),
+		T(pool_options_v1),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	unit_filter_args(argc, argv);
