@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "params.h"
 #include "remote.h"
+#include "serve.h"
 #include "text.h"
 
 /* Attempts of one notebook on a server whose node went away, at most. */
@@ -93,9 +94,9 @@ static void batch_help(void)
 	       "                        the token file of a server on this machine)\n"
 	       "  --retries N           with --server: send a notebook again, at most N times\n"
 	       "                        (default 2), when its server went away before answering\n"
-	       "                        (no reply, a reset, 502-504); each retry is in the report;\n"
-	       "                        the same Idempotency-Key on each: a run that completed\n"
-	       "                        is answered again, not run twice\n"
+	       "                        (no reply, a reset, 502-504) or was busy; each retry is\n"
+	       "                        in the report; the same Idempotency-Key on each: a run\n"
+	       "                        that completed is answered again, not run twice\n"
 	       "Parameters (papermill style: a cell tagged injected-parameters after the cell\n"
 	       "tagged parameters, or first; -y, then -p, then -r win, as in papermill):\n"
 	       "  -p, --param NAME VALUE  typed as papermill types it: True, False, None, what\n"
@@ -194,6 +195,14 @@ static const char *batch_first_error_line(const json_t *result)
 	return json_string_value(json_object_get(result, "message"));
 }
 
+/* An error reply or a stream's error line of kind busy: the server ran nothing, it may later. */
+static bool batch_busy(const json_t *doc)
+{
+	const char *kind = json_string_value(json_object_get(doc, "kind"));
+
+	return json_object_get(doc, "error") && kind && !strcmp(kind, "busy");
+}
+
 /* Whether an attempt may go again: the server went away or said so, not the notebook. */
 static bool batch_retryable(CURLcode cc, long status, const json_t *doc)
 {
@@ -203,25 +212,31 @@ static bool batch_retryable(CURLcode cc, long status, const json_t *doc)
 		return cc != CURLE_ABORTED_BY_CALLBACK;
 	if (status == 502 || status == 503 || status == 504)
 		return true;
+	/* a stream answers busy (409 or 503 otherwise) as its last line, under 200 */
+	if (batch_busy(doc))
+		return true;
 	/* a stream cut before its last line: the node went away mid-run */
 	return status == 200 && !json_object_get(doc, "status") && !json_object_get(doc, "error");
 }
 
 /*
  * The server of an attempt: the next one round the list, not the one that
- * just failed when there are others.
+ * just failed when there are others. At most one draw per server, so that
+ * threads drawing at once cannot keep one here.
  */
 static const char *batch_server(struct batch *b, const char *failed)
 {
-	const char *s;
+	const char *s = NULL;
 
-	do {
+	for (size_t i = 0; i < b->nservers; i++) {
 		s = b->servers[__atomic_fetch_add(&b->next_server, 1, __ATOMIC_RELAXED) % b->nservers];
-	} while (failed && b->nservers > 1 && !strcmp(s, failed));
+		if (!failed || strcmp(s, failed))
+			break;
+	}
 	return s;
 }
 
-/* --server URL,URL,...: no empty one. */
+/* --server URL,URL,...: no empty one (-EINVAL), none twice (-EEXIST). */
 static int batch_split_servers(struct batch *b, const char *list)
 {
 	const char *p = list, *comma;
@@ -237,10 +252,24 @@ static int batch_split_servers(struct batch *b, const char *list)
 			return -ENOMEM;
 		if (!*b->servers[b->nservers++])
 			return -EINVAL;
+		for (size_t i = 0; i + 1 < b->nservers; i++)
+			if (!strcmp(b->servers[i], b->servers[b->nservers - 1]))
+				return -EEXIST;
 		if (!comma)
 			return 0;
 		p = comma + 1;
 	}
+}
+
+/* What the report says of an attempt that goes again. */
+static const char *batch_attempt_error(CURLcode cc, long status, const json_t *doc,
+				       const struct remote *r)
+{
+	if (cc != CURLE_OK)
+		return remote_errmsg(r);
+	if (batch_busy(doc))
+		return json_string_value(json_object_get(doc, "error"));
+	return status != 200 ? "the server answered 5xx" : "the stream ended before its result";
 }
 
 /* Seconds to wait before attempt n (1, 2, 4 ... at most 30). */
@@ -301,9 +330,7 @@ static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, c
 			break;
 		}
 		json_array_append_new(attempts, json_pack("{s:I, s:s}", "attempt", (json_int_t)n + 1, "error",
-							  cc != CURLE_OK ? remote_errmsg(r)
-							  : status != 200 ? "the server answered 5xx"
-									  : "the stream ended before its result"));
+							  batch_attempt_error(cc, status, doc, r)));
 		batch_backoff(n + 1);
 	}
 	free(body);
@@ -351,10 +378,11 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 		}
 	}
 	if (b->remote.server) {
-		/* The same key on every attempt: the server runs the notebook once. */
-		char key[REMOTE_KEY_MAX + 1];
+		/* The same key on every attempt: the server runs the notebook once. The
+		 * batch's id is random and the index unique in it: nothing else is needed. */
+		char key[SERVE_IDEM_KEY_MAX + 1];
 
-		remote_batch_key(key, b->id, (size_t)(job - b->jobs), job->path, params);
+		snprintf(key, sizeof(key), "batch:%s:%zu", b->id, (size_t)(job - b->jobs));
 		result = batch_run_remote(b, injected ? injected : text, len, key, dir, attempts, err,
 					  sizeof(err), lib_err);
 		goto done;
@@ -828,6 +856,18 @@ int cmd_batch(int argc, char **argv)
 		ret = cli_usage_error("batch", "%s goes with --server", token_file ? "--token-file" : "--retries");
 		goto out;
 	}
+	if (server) {
+		rc = batch_split_servers(&b, server);
+		if (rc == -EINVAL || rc == -EEXIST) {
+			ret = cli_usage_error("batch", "--server: %s in '%s'",
+					      rc == -EINVAL ? "an empty URL" : "a URL given twice", server);
+			goto out;
+		} else if (rc < 0) {
+			cli_error("out of memory");
+			ret = CLI_EXIT_FAILED;
+			goto out;
+		}
+	}
 	fixed = params_final(&params);
 	if (!fixed || batch_check_names(fixed, grid) < 0)
 		goto out;
@@ -883,14 +923,6 @@ int cmd_batch(int argc, char **argv)
 		b.remote.cancel = &batch_interrupted;
 		b.remote.timeout_ms = timeout_set ? args.opts.timeout_ms : 0;
 		b.retries = (unsigned int)retries;
-		int split = batch_split_servers(&b, server);
-		if (split == -EINVAL) {
-			ret = cli_usage_error("batch", "--server: an empty URL in '%s'", server);
-			goto out;
-		} else if (split < 0) {
-			cli_error("out of memory");
-			goto out;
-		}
 		curl_global_init(CURL_GLOBAL_DEFAULT);
 	}
 	b.tty = !quiet && isatty(STDERR_FILENO);

@@ -452,7 +452,10 @@ class CutProxy:
                 if k.strip().lower() == b"content-length":
                     n = int(v)
             while len(body) < n:
-                body += c.recv(65536)
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
             # The server closes after its reply: the relay knows where a reply ends.
             lines = [l for l in head.split(b"\r\n") if not l.lower().startswith(b"connection:")]
             u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -482,27 +485,16 @@ class CutProxy:
 def case_server_retry_key():
     """A reply cut after the server finished: the retry gets that run's result, nothing runs twice."""
     import re
-    from serve_cases import EngineCreates
+    from serve_cases import EngineCreates, Server
     tmp = tempfile.mkdtemp(prefix="nbrun-batch-key-")
-    sock, state = os.path.join(tmp, "s.sock"), os.path.join(tmp, "state")
-    log = open(os.path.join(tmp, "serve.log"), "w+")
-    token = "batch-key-" + os.urandom(16).hex()
-    with open(os.path.join(tmp, "token"), "w") as f:
-        f.write(token + "\n")
-    srv = subprocess.Popen([NBRUN, "serve", "--state-dir", state, "--socket", sock, "--pool", "0",
-                            "--token-file", os.path.join(tmp, "token"), "--timeout", "10m"],
-                           stdout=log, stderr=subprocess.STDOUT)
+    srv = Server(extra=["--timeout", "10m"])
     try:
-        deadline = time.time() + 30
-        while "nbrun: serve: state in" not in open(log.name).read():
-            check(srv.poll() is None and time.time() < deadline, "serve did not start")
-            time.sleep(0.05)
-        made = EngineCreates(srv.pid)
-        proxy = CutProxy(sock)
+        made = EngineCreates(srv.proc.pid)
+        proxy = CutProxy(srv.sock)
         nb = notebook(os.path.join(tmp, "rand.ipynb"), "import random\nprint(random.random())")
         b = subprocess.run([NBRUN, "batch", "--json", "--server", "http://127.0.0.1:%d" % proxy.port,
                             "--retries", "2", "-o", os.path.join(tmp, "out"), nb], capture_output=True,
-                           text=True, timeout=600, env=dict(os.environ, NBRUN_TOKEN=token))
+                           text=True, timeout=600, env=dict(os.environ, NBRUN_TOKEN=srv.token))
         check(b.returncode == 0, "batch: exit %d: %s\n%s" % (b.returncode, b.stderr, b.stdout[-3000:]))
         report = json.loads(b.stdout)
         validate_report(report)
@@ -515,17 +507,43 @@ def case_server_retry_key():
         with open(os.path.join(e["out_dir"], "result.json")) as f:
             check(json.load(f)["stdout"] == e["result"]["stdout"], "saved result differs")
         # The server and the engine agree: one run, one container.
-        mtext = subprocess.run(["curl", "-sS", "--unix-socket", sock, "-H", "Authorization: Bearer " + token,
-                                "http://localhost/metrics"], capture_output=True, text=True, timeout=60).stdout
-        check('nbrun_runs_total{status="ok"} 1\n' in mtext, "runs: %s" % mtext[:600])
+        m = srv.metrics()
+        check(m.get('nbrun_runs_total{status="ok"}') == 1, "runs: %r" % m)
         n = made.count()
         check(n == 1, "containers created: %d, want 1" % n)
     finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
-        log.close()
+        srv.stop()
     return "first reply cut after the run ended: 1 retry recorded, its answer the first run (%s), 1 container" % first.group(1).decode()
+
+
+def case_server_busy():
+    """A server with all its runs in use answers busy as a stream's last line: the batch asks again."""
+    from serve_cases import Server
+    tmp = tempfile.mkdtemp(prefix="nbrun-batch-busy-")
+    srv = Server(extra=["--timeout", "10m", "--max-runs", "1"])
+    try:
+        nbs = [notebook(os.path.join(tmp, "slow%d.ipynb" % i), "import time\ntime.sleep(3)\nprint(%d)" % i)
+               for i in range(2)]
+        b = subprocess.run([NBRUN, "batch", "--json", "--server", srv.url, "--retries", "10", "-j", "2",
+                            "-o", os.path.join(tmp, "out")] + nbs, capture_output=True, text=True,
+                           timeout=900, env=dict(os.environ, NBRUN_TOKEN=srv.token))
+        check(b.returncode == 0, "batch: exit %d: %s\n%s" % (b.returncode, b.stderr, b.stdout[-3000:]))
+        report = json.loads(b.stdout)
+        validate_report(report)
+        retries = []
+        for e in report["notebooks"]:
+            i = int(e["name"][4:])
+            check(e["status"] == "ok" and e["result"]["stdout"] == "%d\n" % i, e)
+            retries += e.get("retries", [])
+        # One run at a time on the server: the notebook second to it was told busy at least once.
+        check(retries and all("runs are executing" in r["error"] for r in retries),
+              "no busy retry recorded: %r" % report["notebooks"])
+        runs = os.listdir(os.path.join(srv.state, "runs"))
+        check(len(runs) == 2, "%d runs kept for 2 notebooks: %r" % (len(runs), runs))
+    finally:
+        srv.stop()
+    return "2 notebooks on a server of 1 run at a time: both ok, %d busy answer%s retried" % (
+        len(retries), "" if len(retries) == 1 else "s")
 
 
 def case_usage():
@@ -534,6 +552,17 @@ def case_usage():
         p = subprocess.run([NBRUN, "batch"] + args, capture_output=True, text=True, timeout=30)
         check(p.returncode == 2, "%r: exit %d" % (args, p.returncode))
         check("nbrun: error: " in p.stderr, p.stderr)
+    # The same server twice: refused at once, nothing made (a retry once drew it for ever).
+    tmp = tempfile.mkdtemp(prefix="nbrun-batch-usage-")
+    nb = notebook(os.path.join(tmp, "nb.ipynb"), "print(1)")
+    url = "unix:" + os.path.join(tmp, "gone.sock")
+    for servers in ([url, url], [url, "unix:/elsewhere.sock", url]):
+        p = subprocess.run([NBRUN, "batch", "--server", ",".join(servers), "--retries", "1",
+                            "-o", os.path.join(tmp, "out"), nb], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, NBRUN_TOKEN="x"))
+        check(p.returncode == 2 and p.stderr.startswith("nbrun: error: ") and "twice" in p.stderr and
+              p.stderr.count("\n") <= 2, "%r: exit %d %s" % (servers, p.returncode, p.stderr))
+        check(not os.path.exists(os.path.join(tmp, "out")), "a refused batch made its output directory")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
