@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "buf.h"
 #include "path.h"
@@ -663,25 +662,6 @@ int remote_random_hex(char *out, size_t n)
 	return 0;
 }
 
-void remote_batch_key(char out[REMOTE_KEY_MAX + 1], const char *batch_id, size_t index,
-		      const char *path, const char *params)
-{
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	unsigned char d[32];
-	unsigned int len = 0;
-	char hex[17] = "0";
-
-	/* path and parameters (a NUL between) tell a reordered or edited list apart */
-	if (md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
-	    EVP_DigestUpdate(md, path, strlen(path) + 1) == 1 &&
-	    EVP_DigestUpdate(md, params ? params : "", params ? strlen(params) : 0) == 1 &&
-	    EVP_DigestFinal_ex(md, d, &len) == 1 && len == 32)
-		for (size_t i = 0; i < 8; i++)
-			snprintf(hex + 2 * i, 3, "%02x", d[i]);
-	EVP_MD_CTX_free(md);
-	snprintf(out, REMOTE_KEY_MAX + 1, "batch:%.64s:%zu:%s", batch_id, index, hex);
-}
-
 int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *out_dir)
 {
 	const char *run_id = json_string_value(json_object_get(doc, "run_id"));
@@ -736,7 +716,7 @@ int cli_remote_run(const struct cli_remote *a)
 	struct remote *r = NULL;
 	struct buf reply = BUF_INIT(REMOTE_REPLY_MAX);
 	struct remote_sink sink = { .mem = &reply, .fd = -1, .max = REMOTE_REPLY_MAX };
-	char *body = NULL, *out_dir = NULL, key[40] = "run:";
+	char *body = NULL, *out_dir = NULL;
 	const char *run_id, *status_name;
 	json_t *doc = NULL;
 	enum nbrun_status st;
@@ -762,12 +742,7 @@ int cli_remote_run(const struct cli_remote *a)
 	body = remote_body(a, &ret);
 	if (!body)
 		goto out;
-	/* A key of its own: should the request reach the server twice, it runs once. */
-	if (remote_random_hex(key + 4, 16) < 0) {
-		cli_error("cannot make an Idempotency-Key: %s", strerror(errno));
-		goto out;
-	}
-	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, key, &status);
+	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, NULL, &status);
 	if (cc != CURLE_OK) {
 		if (a->cancel && *a->cancel) {
 			cli_error("interrupted (the server finishes the run on its own)");

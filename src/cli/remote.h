@@ -65,17 +65,8 @@ int remote_write_result(int out_fd, const json_t *doc);
 CURLcode remote_post_run_streamed(struct remote *r, const char *body, const char *key, json_t **doc,
 				  long *status);
 
-/*
- * An Idempotency-Key: at most REMOTE_KEY_MAX characters of [A-Za-z0-9._:/-].
- * The server runs a request sent again with the same key once, and answers
- * each later one with that run's result.
- */
-#define REMOTE_KEY_MAX 128
 /* n random bytes as 2n hex characters into out (2n + 1 bytes): 0, or -1 with errno. */
 int remote_random_hex(char *out, size_t n);
-/* The key of a batch's notebook: "batch:ID:INDEX:" and a digest of its path and parameters (or NULL). */
-void remote_batch_key(char out[REMOTE_KEY_MAX + 1], const char *batch_id, size_t index,
-		      const char *path, const char *params);
 
 /* A run's images, files and executed notebook saved below out_fd (out_dir its
  * path), doc made a local run's document and written as result.json: 0 or -1
