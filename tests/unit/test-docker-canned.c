@@ -1295,15 +1295,23 @@ static bool json_array_has_string(const json_t *a, const char *s)
 	return false;
 }
 
-/* The profile in "seccomp=<json>" refuses ptrace outright (no argument filter). */
-static bool seccomp_denies(const char *opt, const char *syscall)
+/* The profile of a "seccomp=<json>" security option; the test fails when it is not JSON. */
+static json_t *seccomp_profile(const char *opt)
 {
-	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule;
-	bool denied = false;
-	size_t i;
+	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL);
 
 	if (!p)
 		fail_msg("the seccomp profile is not JSON");
+	return p;
+}
+
+/* The profile in "seccomp=<json>" refuses ptrace outright (no argument filter). */
+static bool seccomp_denies(const char *opt, const char *syscall)
+{
+	json_t *p = seccomp_profile(opt), *rule;
+	bool denied = false;
+	size_t i;
+
 	assert_string_equal(json_string_value(json_object_get(p, "defaultAction")), "SCMP_ACT_ALLOW");
 	json_array_foreach(json_object_get(p, "syscalls"), i, rule) {
 		const char *action = json_string_value(json_object_get(rule, "action"));
@@ -1449,12 +1457,10 @@ static const char *seccomp_option(const json_t *hc)
 /* The profile refuses name (EPERM) when argument index, masked with S_IFMT, is type. */
 static bool seccomp_denies_node(const char *opt, const char *name, int index, json_int_t type)
 {
-	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule, *arg;
+	json_t *p = seccomp_profile(opt), *rule, *arg;
 	bool denied = false;
 	size_t i;
 
-	if (!p)
-		fail_msg("the seccomp profile is not JSON");
 	json_array_foreach(json_object_get(p, "syscalls"), i, rule) {
 		const char *action = json_string_value(json_object_get(rule, "action"));
 		const char *op;
@@ -1479,12 +1485,10 @@ static bool seccomp_denies_node(const char *opt, const char *name, int index, js
 /* Whether the profile has a rule naming syscall at all. */
 static bool seccomp_names(const char *opt, const char *syscall)
 {
-	json_t *p = json_loads(opt + strlen("seccomp="), 0, NULL), *rule;
+	json_t *p = seccomp_profile(opt), *rule;
 	bool named = false;
 	size_t i;
 
-	if (!p)
-		fail_msg("the seccomp profile is not JSON");
 	json_array_foreach(json_object_get(p, "syscalls"), i, rule)
 		if (json_array_has_string(json_object_get(rule, "names"), syscall))
 			named = true;
