@@ -591,7 +591,7 @@ def table(results):
         unit = "runs/min" if r["section"] == "runs" else "sessions/min"
         errs = sum(r["errors"].values())
         k = r["rss_kib"]
-        lines.append("| %s | %s | %d | %.1f %s | %d / %d ms | %d | %d%s | %s / %s / %s / %s (+%.1f after warm-up) | %d / %d | %d |" % (
+        lines.append("| %s | %s | %d | %.1f %s | %d / %d ms | %d | %d%s | %s / %s / %s / %s (%+.1f after warm-up) | %d / %d | %d |" % (
             what, done, r["concurrency"], r["per_min"], unit, r["p50_ms"], r["p99_ms"],
             r["kinds"].get("503 busy (retried)", 0), errs,
             (" " + ", ".join("%s: %d" % kv for kv in r["errors"].items())) if errs else "",
