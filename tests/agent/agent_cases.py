@@ -443,14 +443,15 @@ def case_cell_timeout():
 
 def case_outputs_late():
     # The kernel's iopub thread is held just before the cell's idle status
-    # (the end of its outputs), whose reply goes out on time: the idle comes late: past
+    # (the end of its outputs; scheduled the way that status is sent, so in
+    # order), whose reply goes out on time: the idle comes late: past
     # output_wait the execute ends failed, saying so, rather than ok without
     # what came late. Within the wait, the late output is kept.
     hold = ("import time\nk = get_ipython().kernel\nplain = k._publish_status\n"
             "def late(status, *a, **kw):\n"
             "    if status == 'idle':\n"
             "        k._publish_status = plain\n"
-            "        k.iopub_thread.io_loop.add_callback(time.sleep, %d)\n"
+            "        k.iopub_thread.schedule(lambda: time.sleep(%d))\n"
             "    return plain(status, *a, **kw)\n"
             "k._publish_status = late\nprint('early', flush=True)")
     a = Agent()
