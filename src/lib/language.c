@@ -365,6 +365,11 @@ const struct nbrun__language *nbrun__language_default(void)
 	return &languages[0];
 }
 
+const struct nbrun__language *nbrun__language_at(size_t i)
+{
+	return i < N_LANGUAGES ? &languages[i] : NULL;
+}
+
 const struct nbrun__language *nbrun__language_find(const char *name)
 {
 	if (!name)
@@ -494,27 +499,4 @@ NBRUN_EXPORT const char *nbrun_language_name(const char *name)
 NBRUN_EXPORT const char *nbrun_language_names(void)
 {
 	return nbrun__language_names();
-}
-
-NBRUN_EXPORT int nbrun_image_languages(char **out, struct nbrun_ctx *ctx, const char *image)
-{
-	struct buf b = BUF_INIT(256);
-	char *kernels = NULL;
-	int rc;
-
-	*out = NULL;
-	rc = nbrun__docker_image_kernels(&kernels, ctx, image);
-	if (rc < 0)
-		return rc;
-	/* In the table's order; Python always (an image without the label has it only). */
-	for (size_t i = 0; i < N_LANGUAGES && rc == 0; i++) {
-		if (i == 0 || text_has_word(kernels, languages[i].kernel))
-			rc = buf_printf(&b, "%s%s", b.len ? " " : "", languages[i].name);
-	}
-	free(kernels);
-	if (rc < 0 || !(*out = buf_steal(&b))) {
-		buf_free(&b);
-		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
-	}
-	return 0;
 }

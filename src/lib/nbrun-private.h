@@ -154,6 +154,8 @@ const struct nbrun__language *nbrun__language_find(const char *name);
 const struct nbrun__language *nbrun__language_for_kernel(const char *kernel, const char *language);
 /* "python, r, javascript, typescript, bash" */
 const char *nbrun__language_names(void);
+/* The i-th language of the table, in its order; NULL past the end. */
+const struct nbrun__language *nbrun__language_at(size_t i);
 /* The language a notebook's kernelspec (or language_info) names; Python
  * when it names none; NBRUN_EINVAL (with the languages in the message) when
  * it names another. */
@@ -381,7 +383,7 @@ struct nbrun__sandbox_state {
 	int exit_code;
 };
 
-#define NBRUN__SANDBOX_OPS_VERSION 2
+#define NBRUN__SANDBOX_OPS_VERSION 3
 struct nbrun__sandbox_ops {
 	unsigned int version;
 	const char *name;
@@ -395,6 +397,9 @@ struct nbrun__sandbox_ops {
 	/* Version 2: check that the engine has the runtime; NBRUN_EINVAL naming
 	 * the runtimes it has when not. */
 	int (*check_runtime)(struct nbrun__sandbox *sb, const char *runtime);
+	/* Version 3: the kernels of the resolved image (sb->image), as a
+	 * space-separated malloc'd list ("python3" for an image that names none). */
+	int (*image_kernels)(struct nbrun__sandbox *sb, char **out);
 	/* Resolve the image (sb->image) and create the sandbox, not started. */
 	int (*create)(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spec *spec);
 	/* Start it with its channel attached (sb->conn); with a runtime, check
@@ -426,9 +431,11 @@ struct nbrun__sandbox {
 };
 
 extern const struct nbrun__sandbox_ops nbrun__sandbox_docker;
-/* The kernels an image lists in its nbrun.kernels label ("python3" without
- * it), space-separated; image NULL: the default. malloc'd. 0 or < 0. */
-int nbrun__docker_image_kernels(char **out, struct nbrun_ctx *ctx, const char *image);
+/* The backend every run, pool and session uses: chosen here, named nowhere else. */
+#define NBRUN__SANDBOX_DEFAULT (&nbrun__sandbox_docker)
+/* 0 when the resolved image (sb->image) has the kernel; NBRUN_EINVAL naming
+ * its kernels and the languages nbrun runs when not. python3 always. */
+int nbrun__sandbox_check_kernel(struct nbrun__sandbox *sb, const char *kernel);
 
 /* 12 random hex digits (and a NUL). */
 int nbrun__random_id(struct nbrun_ctx *ctx, char out[16]);

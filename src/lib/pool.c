@@ -74,7 +74,7 @@ static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, const struct pool_
 	struct nbrun__sandbox *sb = NULL;
 	int rc;
 
-	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
+	rc = nbrun__sandbox_new(&sb, ctx, NBRUN__SANDBOX_DEFAULT, NULL);
 	if (rc == 0) {
 		nbrun__sandbox_bind(sb, ctx, &p->cancel);
 		rc = sb->ops->create(sb, &q->spec);
@@ -481,7 +481,7 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 		p->run.runtime = p->runtime;
 	/* Fail now, clearly, when there is no engine or no image; and remove
 	 * what killed processes of this host left behind. */
-	rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);
+	rc = nbrun__sandbox_new(&probe, ctx, NBRUN__SANDBOX_DEFAULT, NULL);
 	if (rc == 0) {
 		probe->ops->gc(probe);
 		rc = probe->ops->resolve_image(probe, p->image);

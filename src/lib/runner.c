@@ -20,8 +20,6 @@
 #include "path.h"
 #include "text.h"
 
-#define RUN_IMAGE_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-"
-
 struct run {
 	struct nbrun_ctx *ctx;
 	const struct nbrun_run_options *opts;
@@ -50,179 +48,6 @@ static bool run_cancelled(const struct run *r)
 static struct nbrun_pool *run_pool(const struct nbrun_run_options *o)
 {
 	return o->version >= 2 ? o->pool : NULL;
-}
-
-const char *nbrun__run_runtime(const struct nbrun_run_options *o)
-{
-	return o->version >= 6 ? o->runtime : NULL;
-}
-
-void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
-{
-	*s = (struct nbrun__sandbox_spec){
-		.image = o->image,
-		.memory_bytes = o->memory_bytes,
-		.nano_cpus = o->nano_cpus,
-		.pids = o->pids,
-		.disk_bytes = o->disk_bytes,
-		.network = !strcmp(o->network, "none") ? false : true,
-		.env = o->env,
-		.env_count = o->env_count,
-		.runtime = nbrun__run_runtime(o),
-	};
-}
-
-/* ---- options ---------------------------------------------------------------- */
-
-/* The name an input gets below /mnt/data: its last component. */
-static size_t run_input_name(const char *path, const char **name)
-{
-	size_t len = strlen(path);
-	const char *b;
-
-	while (len > 1 && path[len - 1] == '/')
-		len--;
-	b = memrchr(path, '/', len);
-	*name = b && len > 1 ? b + 1 : path;
-	return len - (size_t)(*name - path);
-}
-
-int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
-{
-	/* Version 1 lacks the pool, which run_pool() reads only from version 2. */
-	if (!o || o->version < 1 || o->version > NBRUN_RUN_OPTIONS_VERSION)
-		return nbrun__err(ctx, NBRUN_EINVAL, "run options missing or of another version");
-	if (o->version >= 4 && o->language && !nbrun__language_find(o->language))
-		return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s'; languages: %s",
-				  o->language, nbrun__language_names());
-	if (o->timeout_ms == 0 || o->timeout_ms > 24ULL * 3600 * 1000)
-		return nbrun__err(ctx, NBRUN_EINVAL, "timeout must be between 1 ms and 24 h");
-	if (o->cell_timeout_ms > o->timeout_ms)
-		return nbrun__err(ctx, NBRUN_EINVAL, "cell timeout cannot exceed the timeout");
-	if (o->memory_bytes < (64ULL << 20))
-		return nbrun__err(ctx, NBRUN_EINVAL, "memory must be at least 64 MiB");
-	if (o->nano_cpus == 0 || o->nano_cpus > 1024ULL * 1000000000ULL)
-		return nbrun__err(ctx, NBRUN_EINVAL, "cpus must be positive");
-	if (o->pids <= 0)
-		return nbrun__err(ctx, NBRUN_EINVAL, "pids must be positive");
-	if (o->disk_bytes < (1ULL << 20))
-		return nbrun__err(ctx, NBRUN_EINVAL, "disk must be at least 1 MiB");
-	if (!o->network || (strcmp(o->network, "none") && strcmp(o->network, "bridge")))
-		return nbrun__err(ctx, NBRUN_EINVAL, "network must be 'none' or 'bridge'");
-	/* Checked here too, not only when the image is looked up: a usage error
-	 * must start nothing (no output directory, no engine request). */
-	if (o->image && (!*o->image || strlen(o->image) > 255 ||
-			 strspn(o->image, RUN_IMAGE_CHARS) != strlen(o->image)))
-		return nbrun__err(ctx, NBRUN_EINVAL, "'%s' is not an image name", o->image);
-	if (nbrun__run_runtime(o)) {
-		const char *rt = nbrun__run_runtime(o);
-		if (!*rt || strlen(rt) > 64 ||
-		    strspn(rt, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
-			    strlen(rt))
-			return nbrun__err(ctx, NBRUN_EINVAL, "'%.64s' is not a runtime name", rt);
-		/* scripts/setup registers gVisor with its network off: a bridge
-		 * asked for would silently be none. */
-		if (!strcmp(rt, "runsc") && strcmp(o->network, "none"))
-			return nbrun__err(ctx, NBRUN_EINVAL, "runtime runsc runs with network none only");
-	}
-	/* Two inputs with one name: the second would replace the first. */
-	for (size_t i = 0; i < o->file_count; i++)
-		for (size_t k = 0; k < i; k++) {
-			const char *a, *b;
-			size_t na = run_input_name(o->files[i], &a), nb = run_input_name(o->files[k], &b);
-			if (na == nb && !memcmp(a, b, na))
-				return nbrun__err(ctx, NBRUN_EINVAL,
-						  "inputs %s and %s would both be /mnt/data/%.*s",
-						  o->files[k], o->files[i], (int)na, a);
-		}
-	for (size_t i = 0; i < o->env_count; i++) {
-		const char *eq = o->env[i] ? strchr(o->env[i], '=') : NULL;
-		if (!eq || eq == o->env[i])
-			return nbrun__err(ctx, NBRUN_EINVAL, "environment entry '%s' is not KEY=VALUE",
-					  o->env[i] ? o->env[i] : "");
-		for (const char *p = o->env[i]; p < eq; p++)
-			if (!(*p == '_' || (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			      (p > o->env[i] && *p >= '0' && *p <= '9')))
-				return nbrun__err(ctx, NBRUN_EINVAL, "environment name in '%s' is not valid",
-						  o->env[i]);
-		/* The engine takes JSON strings: a value that is not UTF-8 would be dropped. */
-		if (!text_utf8_valid(eq + 1, strlen(eq + 1)))
-			return nbrun__err(ctx, NBRUN_EINVAL, "environment value of '%.*s' is not UTF-8",
-					  (int)(eq - o->env[i]), o->env[i]);
-	}
-	return 0;
-}
-
-/* mkdir -p, then require an empty directory: a run never mixes with old files. */
-int nbrun__out_dir_open(struct nbrun_ctx *ctx, const char *want, const char *id, char **out_dir,
-			int *out_fd)
-{
-	char *dir = NULL;
-	char cwd[PATH_MAX];
-	int fd = -1, rc = 0, claim;
-	DIR *d;
-
-	if (want) {
-		if (want[0] == '/')
-			dir = strdup(want);
-		else if (getcwd(cwd, sizeof(cwd)))
-			rc = asprintf(&dir, "%s/%s", cwd, want) < 0 ? -1 : 0;
-	} else if (getcwd(cwd, sizeof(cwd))) {
-		rc = asprintf(&dir, "%s/nbrun-out/%s", cwd, id) < 0 ? -1 : 0;
-	}
-	if (!dir || rc < 0)
-		return nbrun__err(ctx, NBRUN_ENOMEM, "cannot make the output directory name");
-	rc = path_mkdir_p(dir, 0755);
-	if (rc < 0) {
-		rc = nbrun__errno(ctx, NBRUN_EIO, -rc, "cannot create %s", dir);
-		goto out;
-	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		rc = nbrun__errno(ctx, NBRUN_EIO, errno, "cannot open %s", dir);
-		goto out;
-	}
-	/* Checking that it is empty is not enough: two runs started together
-	 * both see it empty. The claim is atomic; the run that made it checks. */
-	claim = openat(fd, NBRUN__OUT_CLAIM, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (claim < 0) {
-		rc = errno == EEXIST ? nbrun__err(ctx, NBRUN_EINVAL,
-						  "output directory %s is in use by another run", dir)
-				     : nbrun__errno(ctx, NBRUN_EIO, errno, "cannot claim %s", dir);
-		goto out;
-	}
-	close(claim);
-	d = fdopendir(dup(fd));
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-			    strcmp(de->d_name, NBRUN__OUT_CLAIM)) {
-				rc = nbrun__err(ctx, NBRUN_EINVAL,
-						"output directory %s is not empty", dir);
-				break;
-			}
-		closedir(d);
-	}
-	if (rc < 0) {
-		nbrun__out_dir_release(fd);
-		goto out;
-	}
-	*out_dir = dir;
-	*out_fd = fd;
-	dir = NULL;
-	fd = -1;
-out:
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return rc;
-}
-
-void nbrun__out_dir_release(int fd)
-{
-	if (fd >= 0)
-		unlinkat(fd, NBRUN__OUT_CLAIM, 0);
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -347,7 +172,7 @@ static void run_reset_cells(json_t *nb)
 static int run_check_runtime(struct nbrun_ctx *ctx, const char *runtime)
 {
 	struct nbrun__sandbox *probe = NULL;
-	int rc = nbrun__sandbox_new(&probe, ctx, &nbrun__sandbox_docker, NULL);
+	int rc = nbrun__sandbox_new(&probe, ctx, NBRUN__SANDBOX_DEFAULT, NULL);
 
 	if (rc == 0)
 		rc = probe->ops->check_runtime(probe, runtime);
@@ -427,7 +252,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	nbrun__result_set_node(r.job.result);
 	if (!r.sb) {
 		run_progress(&r, NBRUN_PHASE_CONNECT);
-		rc = nbrun__sandbox_new(&r.sb, ctx, &nbrun__sandbox_docker, r.id);
+		rc = nbrun__sandbox_new(&r.sb, ctx, NBRUN__SANDBOX_DEFAULT, r.id);
 		if (rc < 0)
 			goto out;
 		nbrun__sandbox_bind(r.sb, ctx, opts->cancel);

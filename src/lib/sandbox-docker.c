@@ -310,10 +310,9 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 
 /*
  * An image lists its kernels in the label nbrun.kernels ("python3 ir ...");
- * one without the label has python3 only. A run in a language whose kernel
- * the image lacks is a usage error, found before anything is created.
+ * one without the label has python3 only. Needs sb->image (resolve_image).
  */
-static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
+static int dsb_image_kernels(struct nbrun__sandbox *sb, char **out)
 {
 	struct dsb *b = dsb_of(sb);
 	char path[512];
@@ -321,8 +320,7 @@ static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
 	const char *list;
 	int status;
 
-	if (!strcmp(kernel, "python3"))
-		return 0;
+	*out = NULL;
 	snprintf(path, sizeof(path), "/images/%s/json", sb->image);
 	status = nbrun__docker_json(b->docker, "GET", path, NULL, &reply, 0);
 	if (status < 0)
@@ -333,12 +331,9 @@ static int dsb_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
 	}
 	list = json_string_value(json_object_get(
 		json_object_get(json_object_get(reply, "Config"), "Labels"), "nbrun.kernels"));
-	status = text_has_word(list, kernel) ? 0
-		   : nbrun__err(sb->ctx, NBRUN_EINVAL,
-				"image %s has no %s kernel (its kernels: %.200s); languages nbrun runs: %s",
-				sb->image, kernel, list ? list : "python3", nbrun__language_names());
+	*out = strdup(list ? list : "python3");
 	json_decref(reply);
-	return status;
+	return *out ? 0 : nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
 }
 
 /* The engine lists its runtimes in /info: a name it lacks is a usage error. */
@@ -386,7 +381,7 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 
 	rc = dsb_resolve_image(sb, spec->image);
 	if (rc == 0 && spec->kernel)
-		rc = dsb_check_kernel(sb, spec->kernel);
+		rc = nbrun__sandbox_check_kernel(sb, spec->kernel);
 	if (rc < 0)
 		return rc;
 	rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
@@ -702,6 +697,7 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.gc = dsb_gc,
 	.resolve_image = dsb_resolve_image,
 	.check_runtime = dsb_check_runtime,
+	.image_kernels = dsb_image_kernels,
 	.create = dsb_create,
 	.start = dsb_start,
 	.put_archive = dsb_put_archive,
@@ -710,33 +706,3 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.destroy = dsb_destroy,
 	.free = dsb_free,
 };
-
-/* For a server that offers only the languages its image has (nbrun_image_languages()). */
-int nbrun__docker_image_kernels(char **out, struct nbrun_ctx *ctx, const char *image)
-{
-	struct nbrun__sandbox *sb = NULL;
-	json_t *reply = NULL;
-	const char *list;
-	char path[512];
-	int rc, status;
-
-	*out = NULL;
-	rc = nbrun__sandbox_new(&sb, ctx, &nbrun__sandbox_docker, NULL);
-	if (rc == 0)
-		rc = dsb_resolve_image(sb, image);
-	if (rc == 0) {
-		snprintf(path, sizeof(path), "/images/%s/json", sb->image);
-		status = nbrun__docker_json(dsb_of(sb)->docker, "GET", path, NULL, &reply, 0);
-		rc = status < 0 ? status : status != 200 ? dsb_status(sb, status, "cannot inspect the image") : 0;
-	}
-	if (rc == 0) {
-		list = json_string_value(json_object_get(
-			json_object_get(json_object_get(reply, "Config"), "Labels"), "nbrun.kernels"));
-		*out = strdup(list ? list : "python3");
-		if (!*out)
-			rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
-	}
-	json_decref(reply);
-	nbrun__sandbox_free(sb);
-	return rc;
-}

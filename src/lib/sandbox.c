@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "nbrun-private.h"
+#include "text.h"
 
 int nbrun__random_id(struct nbrun_ctx *ctx, char out[16])
 {
@@ -115,4 +116,20 @@ void nbrun__sandbox_free(struct nbrun__sandbox *sb)
 	}
 	free(sb->image);
 	free(sb);
+}
+
+int nbrun__sandbox_check_kernel(struct nbrun__sandbox *sb, const char *kernel)
+{
+	char *list = NULL;
+	int rc;
+
+	if (!strcmp(kernel, "python3"))
+		return 0;
+	rc = sb->ops->image_kernels(sb, &list);
+	if (rc == 0 && !text_has_word(list, kernel))
+		rc = nbrun__err(sb->ctx, NBRUN_EINVAL,
+				"image %s has no %s kernel (its kernels: %.200s); languages nbrun runs: %s",
+				sb->image, kernel, list, nbrun__language_names());
+	free(list);
+	return rc;
 }

@@ -643,7 +643,7 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 			return 0;
 		}
 	}
-	rc = nbrun__sandbox_new(&s->sb, ctx, &nbrun__sandbox_docker, NULL);
+	rc = nbrun__sandbox_new(&s->sb, ctx, NBRUN__SANDBOX_DEFAULT, NULL);
 	if (rc < 0)
 		return rc;
 	nbrun__sandbox_bind(s->sb, ctx, o->cancel);
