@@ -141,6 +141,8 @@ void cli_print_doc(FILE *fp, const json_t *doc, bool color);
 int cli_report(int rc, const struct nbrun_ctx *ctx, const struct nbrun_result *res, bool json);
 /* The --json document on stdout. */
 int cli_print_json(const struct nbrun_result *r);
+/* Print a live event (nbrun_event_cb) as a terminal shows output: stream text as it comes. */
+void cli_stream_event(const char *json, size_t len, void *payload);
 
 int cmd_run(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
@@ -149,8 +151,6 @@ int cmd_batch(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_session(int argc, char **argv);
-/* Print a live event (nbrun_event_cb) as a terminal shows output: stream text as it comes. */
-void cli_stream_event(const char *json, size_t len, void *payload);
 
 /*
  * nbrun run --server: send one run to an nbrun serve and handle its reply
@@ -196,6 +196,7 @@ struct cli_session_ops {
 	void (*close)(void *s);
 };
 extern const struct cli_session_ops cli_remote_session_ops;
+extern const struct cli_session_ops cli_local_session_ops;
 /* A session on a->server opened with a's files and env: 0 or an exit code (message printed). */
 int cli_remote_session_open(void **s, const struct cli_remote *a);
 

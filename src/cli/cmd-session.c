@@ -3,7 +3,8 @@
  * nbrun session: a prompt for a person at a terminal, over a fresh session
  * (one sandbox and its kernel kept until the prompt ends), local or kept by
  * an nbrun serve (--server). Outputs print as they stream; Ctrl-C interrupts
- * the running cell, Ctrl-D ends. Also the event printer of `nbrun run --stream`.
+ * the running cell, Ctrl-D ends. The sessions behind it: session-local.c and
+ * remote-session.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,128 +21,9 @@
 #include "buf.h"
 #include "cli.h"
 
-/* ---- live events, printed ----------------------------------------------------------- */
-
-/* The text of a stream output, as it comes. */
-void cli_stream_event(const char *json, size_t len, void *payload)
-{
-	json_t *ev = json_loadb(json, len, 0, NULL), *out = json_object_get(ev, "output");
-	const char *type = json_string_value(json_object_get(out, "output_type"));
-	const char *text;
-
-	(void)payload;
-	if (!type)
-		goto out;
-	if (!strcmp(type, "stream")) {
-		FILE *fp = !strcmp(json_string_value(json_object_get(out, "name")) ?: "", "stderr") ? stderr : stdout;
-		text = json_string_value(json_object_get(out, "text"));
-		if (text)
-			fputs(text, fp);
-		fflush(fp);
-	}
-	/* Values, images and errors are printed from the result once the cell ends. */
-	/* An error is printed with its traceback once the execution ends. */
-out:
-	json_decref(ev);
-}
-
-/* ---- a local session ------------------------------------------------------------------ */
-
-static const char *local_id(void *s)
-{
-	return nbrun_session_id(s);
-}
-
-static json_t *local_execute(void *s, const char *code, const char *dir)
-{
-	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
-	struct nbrun_result *res = NULL;
-	char *text = NULL;
-	json_t *doc = NULL;
-
-	eo.out_dir = dir;
-	eo.timeout_ms = 3600 * 1000;
-	eo.on_event = cli_stream_event;
-	if (nbrun_session_execute(&res, s, code, &eo) < 0)
-		return NULL;
-	if (nbrun_result_to_json(&text, res, 0) == 0)
-		doc = json_loads(text, JSON_ALLOW_NUL, NULL);
-	free(text);
-	nbrun_result_free(res);
-	return doc;
-}
-
-static bool local_interrupt(void *s)
-{
-	return nbrun_session_interrupt(s) == 1;
-}
-
-static int local_restart(void *s)
-{
-	return nbrun_session_restart(s);
-}
-
-static json_t *local_files(void *s, int *truncated)
-{
-	char *text = NULL;
-	json_t *list;
-
-	if (nbrun_session_list_files(&text, truncated, s) < 0)
-		return NULL;
-	list = json_loads(text, 0, NULL);
-	free(text);
-	return list;
-}
-
-static int local_get(void *s, const char *name, int fd)
-{
-	return nbrun_session_get_file(s, name, fd, 1ULL << 30);
-}
-
-static int local_put(void *s, const char *name, const char *data, size_t len)
-{
-	return nbrun_session_put_file(s, name, data, len);
-}
-
-static char *local_notebook(void *s)
-{
-	char *text = NULL;
-
-	return nbrun_session_notebook(&text, s) < 0 ? NULL : text;
-}
-
-static const char *local_errmsg(void *s)
-{
-	return nbrun_session_errmsg(s);
-}
-
-static bool local_kernel_dead(void *s)
-{
-	return nbrun_session_kernel_dead(s);
-}
-
-static void local_close(void *s)
-{
-	nbrun_session_close(s);
-}
-
-static const struct cli_session_ops local_session_ops = {
-	.id = local_id,
-	.execute = local_execute,
-	.interrupt = local_interrupt,
-	.restart = local_restart,
-	.files = local_files,
-	.get = local_get,
-	.put = local_put,
-	.notebook = local_notebook,
-	.errmsg = local_errmsg,
-	.kernel_dead = local_kernel_dead,
-	.close = local_close,
-};
-
 /* ---- the prompt ----------------------------------------------------------------------- */
 
-static const struct cli_session_ops *ops = &local_session_ops;
+static const struct cli_session_ops *ops = &cli_local_session_ops;
 static void *volatile session_now;
 static int session_sigpipe[2] = { -1, -1 };
 

@@ -282,3 +282,28 @@ int cli_report(int rc, const struct nbrun_ctx *ctx, const struct nbrun_result *r
 	}
 	return cli_exit_for_status(nbrun_result_status(res));
 }
+
+/* ---- live events, printed ----------------------------------------------------------- */
+
+/* The text of a stream output, as it comes. */
+void cli_stream_event(const char *json, size_t len, void *payload)
+{
+	json_t *ev = json_loadb(json, len, 0, NULL), *out = json_object_get(ev, "output");
+	const char *type = json_string_value(json_object_get(out, "output_type"));
+	const char *text;
+
+	(void)payload;
+	if (!type)
+		goto out;
+	if (!strcmp(type, "stream")) {
+		FILE *fp = !strcmp(json_string_value(json_object_get(out, "name")) ?: "", "stderr") ? stderr : stdout;
+		text = json_string_value(json_object_get(out, "text"));
+		if (text)
+			fputs(text, fp);
+		fflush(fp);
+	}
+	/* Values, images and errors are printed from the result once the cell ends. */
+	/* An error is printed with its traceback once the execution ends. */
+out:
+	json_decref(ev);
+}
