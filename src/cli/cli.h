@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "nbrun.h"
+#include "units.h"
 
 /*
  * Exit codes, the one place they are defined (nbrun --help prints them):
@@ -43,14 +44,6 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 
 /* The usage error for getopt's '?' (unknown option, missing value). */
 int cli_bad_option(const char *cmd, char **argv);
-
-/* "512M", "1G", "1024" (bytes), "1.5GiB". Must be > 0. 0 or -1 on error. */
-int cli_parse_size(uint64_t *out, const char *s);
-/* "60", "60s", "500ms", "2m", "1.5h". Must be > 0. Result in ms. */
-int cli_parse_duration(uint64_t *out, const char *s);
-/* Positive number, possibly fractional ("1.5"), in units of 1e-9. */
-int cli_parse_cpus(uint64_t *out, const char *s);
-int cli_parse_count(int64_t *out, const char *s);
 
 /*
  * Options shared by run and batch: limits, image, network, files, env.

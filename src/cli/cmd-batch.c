@@ -27,7 +27,7 @@
 #include "cli.h"
 #include "params.h"
 #include "remote.h"
-#include "serve.h"
+#include "wire.h"
 #include "text.h"
 
 /* Attempts of one notebook on a server whose node went away, at most. */
@@ -380,7 +380,7 @@ static json_t *batch_run_one(struct batch *b, struct job *job, int *lib_err)
 	if (b->remote.server) {
 		/* The same key on every attempt: the server runs the notebook once. The
 		 * batch's id is random and the index unique in it: nothing else is needed. */
-		char key[SERVE_IDEM_KEY_MAX + 1];
+		char key[WIRE_IDEM_KEY_MAX + 1];
 
 		snprintf(key, sizeof(key), "batch:%s:%zu", b->id, (size_t)(job - b->jobs));
 		result = batch_run_remote(b, injected ? injected : text, len, key, dir, attempts, err,
@@ -748,7 +748,7 @@ int cmd_batch(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "j:o:p:r:y:b:f:e:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
-			if (cli_parse_count(&jobs, optarg) < 0 || jobs > 256) {
+			if (units_parse_count(&jobs, optarg) < 0 || jobs > 256) {
 				cli_usage_error("batch", "--jobs: '%s' is not a whole number from 1 to 256", optarg);
 				goto out;
 			}
@@ -812,7 +812,7 @@ int cmd_batch(int argc, char **argv)
 		case OPT_SERVER: server = optarg; break;
 		case OPT_TOKEN_FILE: token_file = optarg; break;
 		case OPT_RETRIES:
-			if ((cli_parse_count(&retries, optarg) < 0 && strcmp(optarg, "0")) ||
+			if ((units_parse_count(&retries, optarg) < 0 && strcmp(optarg, "0")) ||
 			    retries > BATCH_RETRIES_MAX) {
 				cli_usage_error("batch", "--retries: '%s' is not a whole number from 0 to %d", optarg,
 						BATCH_RETRIES_MAX);

@@ -22,7 +22,7 @@ int cmd_gc(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a':
-			if (cli_parse_duration(&age_ms, optarg) < 0)
+			if (units_parse_duration(&age_ms, optarg) < 0)
 				return cli_usage_error("gc", "--older-than: '%s' is not a positive duration", optarg);
 			break;
 		case 'h':

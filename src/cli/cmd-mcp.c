@@ -415,7 +415,7 @@ int cmd_mcp(int argc, char **argv)
 				goto out;
 			break;
 		case OPT_MAX_RUNS:
-			if (cli_parse_count(&n, optarg) < 0 || n > 256) {
+			if (units_parse_count(&n, optarg) < 0 || n > 256) {
 				cli_usage_error("mcp", "--max-runs: '%s' is not a whole number from 1 to 256", optarg);
 				goto out;
 			}

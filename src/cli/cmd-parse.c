@@ -85,19 +85,19 @@ int cmd_parse(int argc, char **argv)
 			break;
 		case OPT_MAX_OUTPUT:
 			/* Beyond SIZE_MAX/2 the head+tail split makes no sense; keep it sane. */
-			if (cli_parse_size(&v, optarg) < 0 || v > (1ULL << 30))
+			if (units_parse_size(&v, optarg) < 0 || v > (1ULL << 30))
 				return cli_usage_error("parse", "--max-output: '%s' is not a size between 1 and 1G",
 						       optarg);
 			opts.limits.max_output = (size_t)v;
 			break;
 		case OPT_MAX_IMAGE:
-			if (cli_parse_size(&v, optarg) < 0)
+			if (units_parse_size(&v, optarg) < 0)
 				return cli_usage_error("parse", "--max-image-bytes: '%s' is not a positive size",
 						       optarg);
 			opts.limits.max_image_bytes = v;
 			break;
 		case OPT_MAX_NOTEBOOK:
-			if (cli_parse_size(&v, optarg) < 0)
+			if (units_parse_size(&v, optarg) < 0)
 				return cli_usage_error("parse", "--max-notebook-bytes: '%s' is not a positive size",
 						       optarg);
 			opts.limits.max_notebook_bytes = v;

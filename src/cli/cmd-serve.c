@@ -113,34 +113,11 @@ static void serve_help(void)
 	       "\n"
 	       "Exit codes: 0 stopped by a signal, 2 usage, 4 no engine (one line says why),\n"
 	       "5 cannot listen or write the state.\n",
-	       SERVE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, SERVE_CONN_TIMEOUT_S,
+	       WIRE_DEFAULT_PORT, SERVE_DEFAULT_KEEP, SERVE_DEFAULT_MAX_SESSIONS, SERVE_CONN_TIMEOUT_S,
 	       SERVE_CONN_LIMIT, SERVE_CONN_PER_IP, SERVE_AUTH_FAILURES, cli_run_options_help);
 }
 
 /* ---- state directory --------------------------------------------------------------- */
-
-char *serve_default_state_dir(void)
-{
-	const char *e = getenv("NBRUN_STATE_DIR");
-	char *dir = NULL;
-
-	if (e && *e)
-		return strdup(e);
-	if (geteuid() == 0)
-		return strdup("/var/lib/nbrun");
-	e = getenv("XDG_STATE_HOME");
-	if (e && *e == '/') {
-		if (asprintf(&dir, "%s/nbrun", e) < 0)
-			dir = NULL;
-		return dir;
-	}
-	e = getenv("HOME");
-	if (!e || !*e)
-		return NULL;
-	if (asprintf(&dir, "%s/.local/state/nbrun", e) < 0)
-		dir = NULL;
-	return dir;
-}
 
 int serve_rm_tree(int parent, const char *name)
 {
@@ -208,7 +185,7 @@ static void serve_janitor(struct serve *s, bool startup)
 			serve_rm_tree(s->runs_fd, de->d_name);
 			continue;
 		}
-		if (!serve_run_id_valid(de->d_name) || strlen(de->d_name) >= sizeof(kept->name) ||
+		if (!wire_run_id_valid(de->d_name) || strlen(de->d_name) >= sizeof(kept->name) ||
 		    fstatat(s->runs_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		if ((uint64_t)(now - st.st_mtime) * 1000 > s->retention_ms) {
@@ -277,7 +254,7 @@ out:
 /* A token: at least 16 characters, no spaces or control characters. */
 static bool serve_token_ok(const char *t, size_t n)
 {
-	if (n < 16 || n > SERVE_TOKEN_MAX)
+	if (n < 16 || n > WIRE_TOKEN_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] == 0x7f)
@@ -341,7 +318,7 @@ static int serve_read_token(struct serve *s, const char *path)
 		cli_error("cannot read the token file %s: %s", path, strerror(errno));
 		return -1;
 	}
-	n = fread(s->token, 1, SERVE_TOKEN_MAX, f);
+	n = fread(s->token, 1, WIRE_TOKEN_MAX, f);
 	s->token[n] = '\0';
 	if (serve_read_tenants(s, f, path, s->token + strcspn(s->token, "\r\n")) < 0) {
 		fclose(f);
@@ -543,7 +520,7 @@ int serve_pool_arg(struct serve_pool_args *a, const char *arg, const char *prog)
 	int64_t n;
 	size_t i;
 
-	if (strcmp(num, "0") && (cli_parse_count(&n, num) < 0 || n > 64))
+	if (strcmp(num, "0") && (units_parse_count(&n, num) < 0 || n > 64))
 		return cli_usage_error(prog, "--pool: '%s' is not N or LANG=N, N a whole number from 0 to 64",
 				       arg), -1;
 	if (!strcmp(num, "0"))
@@ -735,21 +712,21 @@ int cmd_serve(int argc, char **argv)
 				goto out;
 			break;
 		case OPT_MAX_RUNS:
-			if (cli_parse_count(&n, optarg) < 0 || n > 4096) {
+			if (units_parse_count(&n, optarg) < 0 || n > 4096) {
 				cli_usage_error("serve", "--max-runs: '%s' is not a whole number from 1 to 4096", optarg);
 				goto out;
 			}
 			s.max_runs = (unsigned int)n;
 			break;
 		case OPT_KEEP:
-			if (cli_parse_count(&n, optarg) < 0 || n > 1000000) {
+			if (units_parse_count(&n, optarg) < 0 || n > 1000000) {
 				cli_usage_error("serve", "--keep: '%s' is not a whole number from 1 to 1000000", optarg);
 				goto out;
 			}
 			s.keep_runs = (unsigned int)n;
 			break;
 		case OPT_RETENTION:
-			if (cli_parse_duration(&s.retention_ms, optarg) < 0) {
+			if (units_parse_duration(&s.retention_ms, optarg) < 0) {
 				cli_usage_error("serve", "--retention: '%s' is not a positive duration", optarg);
 				goto out;
 			}
@@ -757,7 +734,7 @@ int cmd_serve(int argc, char **argv)
 		case OPT_MAX_SESSIONS:
 			if (!strcmp(optarg, "0"))
 				n = 0;
-			else if (cli_parse_count(&n, optarg) < 0 || n > 4096) {
+			else if (units_parse_count(&n, optarg) < 0 || n > 4096) {
 				cli_usage_error("serve", "--max-sessions: '%s' is not a whole number from 0 to 4096", optarg);
 				goto out;
 			}
@@ -765,7 +742,7 @@ int cmd_serve(int argc, char **argv)
 			break;
 		case OPT_SESSION_IDLE:
 		case OPT_SESSION_LIFE:
-			if (cli_parse_duration(c == OPT_SESSION_IDLE ? &s.session_idle_ms : &s.session_life_ms,
+			if (units_parse_duration(c == OPT_SESSION_IDLE ? &s.session_idle_ms : &s.session_life_ms,
 					       optarg) < 0) {
 				cli_usage_error("serve", "--%s: '%s' is not a positive duration",
 						c == OPT_SESSION_IDLE ? "session-idle" : "session-lifetime", optarg);
@@ -774,7 +751,7 @@ int cmd_serve(int argc, char **argv)
 			break;
 		case OPT_CONN_TIMEOUT: {
 			uint64_t ms;
-			if (cli_parse_duration(&ms, optarg) < 0 || ms < 1000 || ms > 24 * 3600 * 1000ULL) {
+			if (units_parse_duration(&ms, optarg) < 0 || ms < 1000 || ms > 24 * 3600 * 1000ULL) {
 				cli_usage_error("serve", "--conn-timeout: '%s' is not a duration from 1s to 24h",
 						optarg);
 				goto out;
@@ -785,7 +762,7 @@ int cmd_serve(int argc, char **argv)
 		case OPT_MAX_CONNS:
 		case OPT_MAX_CONNS_IP:
 		case OPT_AUTH_FAILURES:
-			if (cli_parse_count(&n, optarg) < 0 || n > 65536) {
+			if (units_parse_count(&n, optarg) < 0 || n > 65536) {
 				cli_usage_error("serve", "--%s: '%s' is not a whole number from 1 to 65536",
 						c == OPT_MAX_CONNS ? "max-connections"
 						: c == OPT_MAX_CONNS_IP ? "max-connections-per-ip"
@@ -862,7 +839,7 @@ int cmd_serve(int argc, char **argv)
 		fd = serve_listen_unix(sock_path);
 		socket_made = fd >= 0;
 	} else {
-		snprintf(default_listen, sizeof(default_listen), "127.0.0.1:%d", SERVE_DEFAULT_PORT);
+		snprintf(default_listen, sizeof(default_listen), "127.0.0.1:%d", WIRE_DEFAULT_PORT);
 		fd = serve_listen_tcp(listen_spec ? listen_spec : default_listen, token_file != NULL);
 	}
 	if (fd < 0) {
@@ -870,7 +847,7 @@ int cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	ret = CLI_EXIT_FAILED;
-	if (!state_dir && !(state_dir = serve_default_state_dir())) {
+	if (!state_dir && !(state_dir = wire_default_state_dir())) {
 		cli_error("no state directory: set --state-dir, NBRUN_STATE_DIR or HOME");
 		goto out;
 	}

@@ -309,7 +309,7 @@ static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, 
 	if (!path || !*path)
 		return mcp_tool_arg_error(cc, code, msg, msglen, "session_download: 'path' must be a string");
 	base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-	if (!serve_name_safe(base, strlen(base)) || mcp_dir_id(dir_id) < 0 ||
+	if (!wire_name_safe(base, strlen(base)) || mcp_dir_id(dir_id) < 0 ||
 	    mkdirat(cc->s->runs_fd, dir_id, 0700) < 0 ||
 	    (dfd = openat(cc->s->runs_fd, dir_id, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 	    (serve_owner_hex(owner, cc->s, cc->tenant), serve_write_owner(dfd, owner) < 0) ||

@@ -534,7 +534,7 @@ out:
 
 static char *resource_uri(const char *run_id, const char *rel)
 {
-	char *enc = serve_url_path(rel), *uri = NULL;
+	char *enc = wire_url_path(rel), *uri = NULL;
 
 	if (enc && asprintf(&uri, "nbrun://runs/%s/%s", run_id, enc) < 0)
 		uri = NULL;
@@ -550,7 +550,7 @@ static json_t *resource_contents(const char *uri, const char *mime, const char *
 
 	if (mime_textual(mime) && text_utf8_valid(data, len) && !memchr(data, '\0', len))
 		return json_pack("{s:s, s:s, s:s%}", "uri", uri, "mimeType", mime, "text", data, len);
-	b64 = serve_base64((const unsigned char *)data, len);
+	b64 = wire_base64((const unsigned char *)data, len);
 	if (!b64)
 		return NULL;
 	r = json_pack("{s:s, s:s, s:s}", "uri", uri, "mimeType", mime, "blob", b64);
@@ -611,7 +611,7 @@ static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd
 	}
 	if (bytes >= 0 && (uint64_t)bytes <= MCP_IMAGE_ONE && (size_t)bytes <= b->images &&
 	    (data = read_below(run_fd, path, MCP_IMAGE_ONE, &len)) &&
-	    (b64 = serve_base64((const unsigned char *)data, len))) {
+	    (b64 = wire_base64((const unsigned char *)data, len))) {
 		json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "image", "data",
 							  b64, "mimeType", mime));
 		b->images -= len;
@@ -866,7 +866,7 @@ json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *di
 	int run_fd = -1;
 	size_t i;
 
-	if (!content || !summary || !run_id || !serve_run_id_valid(run_id))
+	if (!content || !summary || !run_id || !wire_run_id_valid(run_id))
 		goto out;
 	json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", summary));
 	run_fd = openat(cc->s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1055,7 +1055,7 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 		return NULL;
 	memcpy(id, p, n);
 	id[n] = '\0';
-	if (!serve_run_id_valid(id) || url_decode(rel, sizeof(rel), p + n + 1) < 0 ||
+	if (!wire_run_id_valid(id) || url_decode(rel, sizeof(rel), p + n + 1) < 0 ||
 	    (strncmp(rel, "files/", 6) && strncmp(rel, "images/", 7)))
 		return NULL;
 	/* Another tenant's run is as missing as one that never was. */

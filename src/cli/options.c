@@ -13,74 +13,6 @@
 
 #include "cli.h"
 
-/* A positive finite number followed by a suffix from the table; value * multiplier. */
-struct unit {
-	const char *suffix;
-	double mult;
-};
-
-static int parse_with_units(uint64_t *out, const char *s, const struct unit *units, double max)
-{
-	char *end;
-	double v;
-
-	if (!s || !*s || isspace((unsigned char)*s) || *s == '-' || *s == '+')
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v) || v <= 0)
-		return -1;
-	for (; units->suffix; units++) {
-		if (strcasecmp(end, units->suffix))
-			continue;
-		v *= units->mult;
-		if (v < 1 || v > max)
-			return -1;
-		*out = (uint64_t)v;
-		return 0;
-	}
-	return -1;
-}
-
-int cli_parse_size(uint64_t *out, const char *s)
-{
-	static const struct unit units[] = {
-		{ "", 1 }, { "b", 1 },
-		{ "k", 1024.0 }, { "kb", 1024.0 }, { "kib", 1024.0 },
-		{ "m", 1048576.0 }, { "mb", 1048576.0 }, { "mib", 1048576.0 },
-		{ "g", 1073741824.0 }, { "gb", 1073741824.0 }, { "gib", 1073741824.0 },
-		{ "t", 1099511627776.0 }, { "tb", 1099511627776.0 }, { "tib", 1099511627776.0 },
-		{ NULL, 0 },
-	};
-	return parse_with_units(out, s, units, 9.0e15);
-}
-
-int cli_parse_duration(uint64_t *out, const char *s)
-{
-	static const struct unit units[] = {
-		{ "", 1000 }, { "s", 1000 }, { "ms", 1 }, { "m", 60000 }, { "min", 60000 },
-		{ "h", 3600000 }, { NULL, 0 },
-	};
-	return parse_with_units(out, s, units, 7.0 * 24 * 3600 * 1000);
-}
-
-int cli_parse_cpus(uint64_t *out, const char *s)
-{
-	static const struct unit units[] = { { "", 1e9 }, { NULL, 0 } };
-	return parse_with_units(out, s, units, 1024e9);
-}
-
-int cli_parse_count(int64_t *out, const char *s)
-{
-	static const struct unit units[] = { { "", 1 }, { NULL, 0 } };
-	uint64_t v;
-
-	if (strchr(s, '.') || parse_with_units(&v, s, units, 4194304.0) < 0)
-		return -1;
-	*out = (int64_t)v;
-	return 0;
-}
-
 int cli_open_input(const char *path, const char *cmd)
 {
 	struct stat st;
@@ -218,27 +150,27 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 		a->env[a->nenv++] = arg;
 		return 0;
 	case CLI_OPT_TIMEOUT:
-		if (cli_parse_duration(&o->timeout_ms, arg) < 0)
+		if (units_parse_duration(&o->timeout_ms, arg) < 0)
 			return cli_usage_error(cmd, "--timeout: '%s' is not a positive duration", arg);
 		return 0;
 	case CLI_OPT_CELL_TIMEOUT:
-		if (cli_parse_duration(&o->cell_timeout_ms, arg) < 0)
+		if (units_parse_duration(&o->cell_timeout_ms, arg) < 0)
 			return cli_usage_error(cmd, "--cell-timeout: '%s' is not a positive duration", arg);
 		return 0;
 	case CLI_OPT_MEMORY:
-		if (cli_parse_size(&o->memory_bytes, arg) < 0)
+		if (units_parse_size(&o->memory_bytes, arg) < 0)
 			return cli_usage_error(cmd, "--memory: '%s' is not a positive size", arg);
 		return 0;
 	case CLI_OPT_DISK:
-		if (cli_parse_size(&o->disk_bytes, arg) < 0)
+		if (units_parse_size(&o->disk_bytes, arg) < 0)
 			return cli_usage_error(cmd, "--disk: '%s' is not a positive size", arg);
 		return 0;
 	case CLI_OPT_CPUS:
-		if (cli_parse_cpus(&o->nano_cpus, arg) < 0)
+		if (units_parse_cpus(&o->nano_cpus, arg) < 0)
 			return cli_usage_error(cmd, "--cpus: '%s' is not a positive number", arg);
 		return 0;
 	case CLI_OPT_PIDS:
-		if (cli_parse_count(&o->pids, arg) < 0)
+		if (units_parse_count(&o->pids, arg) < 0)
 			return cli_usage_error(cmd, "--pids: '%s' is not a positive whole number", arg);
 		return 0;
 	case CLI_OPT_NETWORK:
@@ -256,7 +188,7 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 		o->runtime = arg;
 		return 0;
 	case CLI_OPT_MAX_OUTPUT:
-		if (cli_parse_size(&u, arg) < 0)
+		if (units_parse_size(&u, arg) < 0)
 			return cli_usage_error(cmd, "--max-output: '%s' is not a positive size", arg);
 		o->limits.max_output = (size_t)u;
 		return 0;

@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "remote.h"
-#include "serve.h"
+#include "wire.h"
 
 #define RSESS_REPLY_MAX (512u << 20)
 #define RSESS_LINE_MAX (64u << 20)
@@ -21,7 +21,7 @@
 struct rsess {
 	struct remote *r;   /* the prompt's requests */
 	struct remote *ri;  /* interrupts, from the Ctrl-C thread */
-	char id[SERVE_NODE_MAX + 1 + 16];
+	char id[WIRE_NODE_MAX + 1 + 16];
 	char errmsg[512];
 	long status; /* of the last request: 0 when none came */
 	bool dead;
@@ -372,7 +372,7 @@ int cli_remote_session_open(void **out, const struct cli_remote *a)
 	free(body);
 	id = json_string_value(json_object_get(doc, "id"));
 	/* NODE~ID, or the plain ID of a server from before nodes */
-	if (!doc || !id || !(serve_session_id_valid(id) || serve_run_id_valid(id))) {
+	if (!doc || !id || !(wire_session_id_valid(id) || wire_run_id_valid(id))) {
 		cli_error("cannot open a session on %s: %s", a->server,
 			  doc ? "the reply has no session id" : s->errmsg);
 		if (s->status == 401)

@@ -20,7 +20,7 @@
 #include "cli.h"
 #include "fdio.h"
 #include "remote.h"
-#include "serve.h"
+#include "wire.h"
 
 /* The reply is a result document plus inlined outputs (at most 8 MiB of them). */
 #define REMOTE_REPLY_MAX (512u << 20)
@@ -128,7 +128,7 @@ static int remote_token(char *out, size_t outlen, const char *token_file)
 	if (!token_file)
 		token_file = getenv("NBRUN_TOKEN_FILE");
 	if (!token_file || !*token_file) {
-		state = serve_default_state_dir();
+		state = wire_default_state_dir();
 		if (state && asprintf(&fallback, "%s/token", state) < 0)
 			fallback = NULL;
 		free(state);
@@ -155,7 +155,7 @@ static int remote_token(char *out, size_t outlen, const char *token_file)
 static int remote_setup(struct remote *r)
 {
 	const char *url = r->server;
-	char token[SERVE_TOKEN_MAX + 1], *auth = NULL;
+	char token[WIRE_TOKEN_MAX + 1], *auth = NULL;
 	size_t n;
 	int rc = -1;
 
@@ -402,7 +402,7 @@ char *remote_body(const struct cli_remote *a, int *ret)
 			free(data);
 			goto out;
 		}
-		b64 = serve_base64(data, len);
+		b64 = wire_base64(data, len);
 		free(data);
 		if (!b64 || json_array_append_new(files, json_pack("{s:s, s:s}", "path", base,
 								    "content_base64", b64)) < 0) {
@@ -465,7 +465,7 @@ static int remote_create(int dirfd, const char *rel)
 		const char *slash = strchr(p, '/');
 		size_t n = slash ? (size_t)(slash - p) : strlen(p);
 
-		if (!serve_name_safe(p, n)) {
+		if (!wire_name_safe(p, n)) {
 			close(fd);
 			errno = EINVAL;
 			return -1;
@@ -763,7 +763,7 @@ int cli_remote_run(const struct cli_remote *a)
 	}
 	run_id = json_string_value(json_object_get(doc, "run_id"));
 	status_name = json_string_value(json_object_get(doc, "status"));
-	if (!json_is_object(doc) || !run_id || !serve_run_id_valid(run_id) || !status_name) {
+	if (!json_is_object(doc) || !run_id || !wire_run_id_valid(run_id) || !status_name) {
 		cli_error("the server's reply is not a result document");
 		goto out;
 	}

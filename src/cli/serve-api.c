@@ -42,90 +42,6 @@ void serve_reply_error(struct serve_reply *r, unsigned int status, const char *k
 	free(clean);
 }
 
-bool serve_run_id_valid(const char *id)
-{
-	size_t n = strlen(id);
-
-	if (n == 0 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i]))
-			return false;
-	return true;
-}
-
-bool serve_name_safe(const char *name, size_t len)
-{
-	if (len == 0 || len > 255 || (len == 1 && name[0] == '.') ||
-	    (len == 2 && name[0] == '.' && name[1] == '.'))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)name[i];
-		if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f)
-			return false;
-	}
-	return true;
-}
-
-char *serve_url_path(const char *path)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	struct buf b = BUF_INIT(4 * 4096);
-
-	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-		char esc[3] = { '%', hex[*p >> 4], hex[*p & 15] };
-		int rc = isalnum(*p) || strchr("/-._~", *p) ? buf_append(&b, p, 1)
-							    : buf_append(&b, esc, 3);
-		if (rc < 0) {
-			buf_free(&b);
-			return NULL;
-		}
-	}
-	return buf_steal(&b);
-}
-
-char *serve_base64(const unsigned char *p, size_t n)
-{
-	base64_encodestate st;
-	char *out, *w;
-	size_t len;
-
-	if (n > (256u << 20))
-		return NULL;
-	out = malloc(n / 3 * 4 + n / 54 + 16);
-	if (!out)
-		return NULL;
-	base64_init_encodestate(&st);
-	len = (size_t)base64_encode_block((const char *)p, (int)n, out, &st);
-	len += (size_t)base64_encode_blockend(out + len, &st);
-	/* libb64 breaks lines every 72 characters: JSON wants one string. */
-	w = out;
-	for (size_t i = 0; i < len; i++)
-		if (out[i] != '\n')
-			*w++ = out[i];
-	*w = '\0';
-	return out;
-}
-
-/* Standard alphabet, padded, nothing else; libb64 would skip what it does not know. */
-static bool serve_base64_valid(const char *s, size_t len)
-{
-	size_t pad = 0;
-
-	if (len % 4)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '=') {
-			pad++;
-			continue;
-		}
-		if (pad || !(isalnum(c) || c == '+' || c == '/'))
-			return false;
-	}
-	return pad <= 2;
-}
-
 /* ---- languages ------------------------------------------------------------------- */
 
 int serve_languages_init(struct serve *s, const char *prog)
@@ -293,12 +209,12 @@ static int serve_parse_files(struct serve_request *req, struct serve_reply *err,
 					  "files[%zu]: want {\"path\": NAME, \"content_base64\": DATA}", i);
 			goto out;
 		}
-		if (!serve_name_safe(path, json_string_length(json_object_get(f, "path")))) {
+		if (!wire_name_safe(path, json_string_length(json_object_get(f, "path")))) {
 			serve_reply_error(err, 400, "request",
 					  "files[%zu]: path must be one plain name (no '/', '..', control characters)", i);
 			goto out;
 		}
-		if (!serve_base64_valid(b64, json_string_length(json_object_get(f, "content_base64")))) {
+		if (!wire_base64_valid(b64, json_string_length(json_object_get(f, "content_base64")))) {
 			serve_reply_error(err, 400, "request", "files[%zu]: content_base64 is not valid base64", i);
 			goto out;
 		}
@@ -444,7 +360,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 	}
 	v = json_object_get(doc, "timeout");
 	if (v) {
-		if (!json_is_string(v) || cli_parse_duration(&req->timeout_ms, json_string_value(v)) < 0) {
+		if (!json_is_string(v) || units_parse_duration(&req->timeout_ms, json_string_value(v)) < 0) {
 			serve_reply_error(err, 400, "request", "timeout: want a positive duration such as \"60s\"");
 			goto out;
 		}
@@ -499,7 +415,7 @@ int serve_open_below(int dirfd, const char *rel)
 		slash = strchr(p, '/');
 		n = slash ? (size_t)(slash - p) : strlen(p);
 		last = !slash;
-		if (!serve_name_safe(p, n)) {
+		if (!wire_name_safe(p, n)) {
 			close(fd);
 			return -EINVAL;
 		}
@@ -567,7 +483,7 @@ void serve_add_refs(json_t *doc, const char *prefix, int run_fd, bool inline_dat
 			if (!path)
 				continue;
 			/* path is "images/NAME" or "files/PATH": the url mirrors it. */
-			enc = serve_url_path(path);
+			enc = wire_url_path(path);
 			if (enc && asprintf(&url, "%s/%s", prefix, enc) >= 0)
 				json_object_set_new(e, "url", json_string(url));
 			free(enc);
@@ -576,7 +492,7 @@ void serve_add_refs(json_t *doc, const char *prefix, int run_fd, bool inline_dat
 			    (size_t)bytes <= budget) {
 				size_t len = 0;
 				unsigned char *data = serve_read_below(run_fd, path, SERVE_INLINE_ONE, &len);
-				char *b64 = data && len == (size_t)bytes ? serve_base64(data, len) : NULL;
+				char *b64 = data && len == (size_t)bytes ? wire_base64(data, len) : NULL;
 				if (b64) {
 					json_object_set_new(e, "content_base64", json_string(b64));
 					budget -= len;
@@ -671,7 +587,7 @@ int serve_open_run(struct serve *s, const char *id, const char *owner)
 	int run_fd, fd;
 	ssize_t n = 0;
 
-	if (!serve_run_id_valid(id))
+	if (!wire_run_id_valid(id))
 		return -1;
 	run_fd = openat(s->runs_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (run_fd < 0)
@@ -731,13 +647,13 @@ int serve_request_key(struct serve_request *req, struct serve_reply *err, const 
 	if (!key)
 		return 0;
 	n = strlen(key);
-	for (size_t i = 0; i < n && n <= SERVE_IDEM_KEY_MAX; i++)
+	for (size_t i = 0; i < n && n <= WIRE_IDEM_KEY_MAX; i++)
 		if (!serve_idem_char((unsigned char)key[i]))
 			n = 0;
-	if (n == 0 || n > SERVE_IDEM_KEY_MAX) {
+	if (n == 0 || n > WIRE_IDEM_KEY_MAX) {
 		serve_reply_error(err, 400, "request",
 				  "Idempotency-Key: want 1 to %d characters of A-Z a-z 0-9 . _ : / -",
-				  SERVE_IDEM_KEY_MAX);
+				  WIRE_IDEM_KEY_MAX);
 		return -1;
 	}
 	if (EVP_Digest(body, len, req->idem_body, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32) {
@@ -1056,7 +972,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 		serve_reply_error(reply, 500, "internal", "out of memory");
 		goto out;
 	}
-	if (!serve_run_id_valid(run_id) ||
+	if (!wire_run_id_valid(run_id) ||
 	    renameat(s->runs_fd, strrchr(out_dir, '/') + 1, s->runs_fd, run_id) < 0) {
 		serve_reply_error(reply, 500, "internal", "cannot keep the run's outputs: %s",
 				  strerror(errno));

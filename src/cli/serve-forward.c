@@ -49,7 +49,7 @@
 #define FWD_URL_MAX 300
 
 struct fwd_peer {
-	char name[SERVE_NODE_MAX + 1];
+	char name[WIRE_NODE_MAX + 1];
 	char url[FWD_URL_MAX]; /* http://HOST:PORT */
 	bool learnt;           /* from --peers-dns */
 	uint64_t seen_ms;
@@ -68,19 +68,6 @@ struct serve_peers {
 
 /* ---- configuration ------------------------------------------------------------------- */
 
-bool serve_node_valid(const char *name, size_t len)
-{
-	if (len == 0 || len > SERVE_NODE_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 int serve_node_init(struct serve *s, const char *name)
 {
 	char host[256] = "";
@@ -93,22 +80,22 @@ int serve_node_init(struct serve *s, const char *name)
 		 * label, other characters become '-'. With peers it must be the
 		 * host's own name, which the others are told.
 		 */
-		if (!serve_node_valid(host, strlen(host)) && !s->peers) {
+		if (!wire_node_valid(host, strlen(host)) && !s->peers) {
 			host[strcspn(host, ".")] = '\0';
-			host[SERVE_NODE_MAX] = '\0';
+			host[WIRE_NODE_MAX] = '\0';
 			for (char *p = host; *p; p++)
-				if (!serve_node_valid(p, 1))
+				if (!wire_node_valid(p, 1))
 					*p = '-';
 			if (!host[0])
 				snprintf(host, sizeof(host), "node");
 		}
-		if (!serve_node_valid(host, strlen(host))) {
+		if (!wire_node_valid(host, strlen(host))) {
 			cli_usage_error("serve", "this host's name '%.64s' is no node name: give --node NAME",
 					host);
 			return -1;
 		}
 		name = host;
-	} else if (!serve_node_valid(name, strlen(name))) {
+	} else if (!wire_node_valid(name, strlen(name))) {
 		cli_usage_error("serve", "--node: '%.80s' is not 1 to 63 of A-Z a-z 0-9 . _ -", name);
 		return -1;
 	}
@@ -155,7 +142,7 @@ int serve_peer_add(struct serve *s, const char *spec)
 	struct fwd_peer *e;
 	size_t n;
 
-	if (!eq || !serve_node_valid(spec, (size_t)(eq - spec)) || strncmp(eq + 1, "http://", 7)) {
+	if (!eq || !wire_node_valid(spec, (size_t)(eq - spec)) || strncmp(eq + 1, "http://", 7)) {
 		cli_usage_error("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
 		return -1;
 	}
@@ -375,7 +362,7 @@ static void fwd_refresh(struct serve *s)
 		json_t *doc = g[i].status == 200 ? json_loadb(g[i].body.data ? g[i].body.data : "",
 							       g[i].body.len, 0, NULL) : NULL;
 		const char *name = json_string_value(json_object_get(doc, "node"));
-		if (name && serve_node_valid(name, strlen(name)) && strcmp(name, s->node)) {
+		if (name && wire_node_valid(name, strlen(name)) && strcmp(name, s->node)) {
 			g[i].url[strlen(g[i].url) - strlen("/v1/health")] = '\0';
 			fwd_learn(p, name, g[i].url);
 		}
@@ -681,7 +668,7 @@ static char *fwd_url(struct MHD_Connection *c, const char *base, const char *url
 
 static int fwd_add_header(struct fwd *f, const char *name, const char *value)
 {
-	char line[SERVE_TOKEN_MAX + 128];
+	char line[WIRE_TOKEN_MAX + 128];
 	struct curl_slist *l;
 
 	snprintf(line, sizeof(line), "%s: %s", name, value ? value : "");
@@ -764,14 +751,14 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 		  unsigned int *status)
 {
 	const char *tilde = strchr(id, '~');
-	char node[SERVE_NODE_MAX + 1], base[FWD_URL_MAX], *full;
+	char node[WIRE_NODE_MAX + 1], base[FWD_URL_MAX], *full;
 	struct MHD_Response *r;
 	struct fwd *f;
 	size_t n = tilde ? (size_t)(tilde - id) : 0;
 
 	*out = NULL;
 	/* Only a configured peer, and never twice: anything else is no session. */
-	if (!tilde || !s->peers || serve_forwarded(c) || !serve_node_valid(id, n))
+	if (!tilde || !s->peers || serve_forwarded(c) || !wire_node_valid(id, n))
 		return -ENOENT;
 	memcpy(node, id, n);
 	node[n] = '\0';
@@ -857,11 +844,11 @@ json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *se
 {
 	struct serve_peers *p = s->peers;
 	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	char line[SERVE_TOKEN_MAX + 128], fwd_line[SERVE_NODE_MAX + 32];
+	char line[WIRE_TOKEN_MAX + 128], fwd_line[WIRE_NODE_MAX + 32];
 	struct curl_slist *hdrs = NULL, *l;
 	json_t *unreachable = json_array();
 	struct fwd_get *g = NULL;
-	char (*names)[SERVE_NODE_MAX + 1] = NULL;
+	char (*names)[WIRE_NODE_MAX + 1] = NULL;
 	size_t n = 0;
 	uint64_t resolved = 0;
 

@@ -44,7 +44,7 @@
 
 struct serve_session {
 	struct serve_session *next;
-	char id[SERVE_NODE_MAX + 1 + 16]; /* NODE~<the library's id> */
+	char id[WIRE_NODE_MAX + 1 + 16]; /* NODE~<the library's id> */
 	char dir_name[16];                /* the library's id: its directory */
 	int tenant;
 	struct nbrun_session *ns;
@@ -123,14 +123,6 @@ static struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const c
 	default:
 		return serve_error_response(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
 	}
-}
-
-bool serve_session_id_valid(const char *id)
-{
-	const char *tilde = strchr(id, '~');
-
-	return tilde && serve_node_valid(id, (size_t)(tilde - id)) && serve_run_id_valid(tilde + 1) &&
-	       strlen(tilde + 1) < 16;
 }
 
 /* ---- the table ----------------------------------------------------------------------- */
@@ -600,7 +592,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		}
 	}
 	v = json_object_get(doc, "timeout_idle");
-	if (v && (!json_is_string(v) || cli_parse_duration(&idle, json_string_value(v)) < 0 ||
+	if (v && (!json_is_string(v) || units_parse_duration(&idle, json_string_value(v)) < 0 ||
 		  idle == 0 || idle > s->session_life_ms)) {
 		r = serve_error_response(status, 400, "request",
 			       "timeout_idle: want a duration such as \"10m\", at most the session lifetime of %llu s",
@@ -768,7 +760,7 @@ static int sess_parse_execute(struct serve *s, const char *body, size_t len, cha
 		goto out;
 	}
 	v = json_object_get(doc, "timeout");
-	if (v && (!json_is_string(v) || cli_parse_duration(timeout_ms, json_string_value(v)) < 0 ||
+	if (v && (!json_is_string(v) || units_parse_duration(timeout_ms, json_string_value(v)) < 0 ||
 		  *timeout_ms > s->opts.timeout_ms)) {
 		*r = serve_error_response(status, 400, "request",
 				"timeout: want a positive duration such as \"60s\", at most %llu ms",
@@ -1055,7 +1047,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	struct MHD_Response *r;
 	struct serve_session *ss;
-	char id[SERVE_NODE_MAX + 1 + 32];
+	char id[WIRE_NODE_MAX + 1 + 32];
 	const char *p, *rest, *tilde;
 	size_t n;
 	bool handed = false;

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "nbrun.h"
+#include "wire.h"
 
 /*
  * Limits of the HTTP API (documented in `nbrun serve --help` and the README).
@@ -31,23 +32,18 @@
 #define SERVE_HEADERS_MAX (32u << 10)
 /* Wrong or missing tokens from one client address (an IPv6 /64) in a minute before 429. */
 #define SERVE_AUTH_FAILURES 20
-#define SERVE_TOKEN_MAX 1024
-#define SERVE_DEFAULT_PORT 8411
 #define SERVE_DEFAULT_RETENTION_MS (3600u * 1000u)
 #define SERVE_DEFAULT_KEEP 1000
 /*
- * Idempotency-Key of POST /v1/runs: 1 to SERVE_IDEM_KEY_MAX characters of
+ * Idempotency-Key of POST /v1/runs: 1 to WIRE_IDEM_KEY_MAX characters of
  * [A-Za-z0-9._:/-]; at most SERVE_IDEM_MAX keys remembered (the oldest
  * finished one forgotten first). A waiter on a key whose run is executing
  * gives up SERVE_IDEM_GRACE_MS after that run's timeout (409).
  */
-#define SERVE_IDEM_KEY_MAX 128
 #define SERVE_IDEM_MAX 10000
 #define SERVE_IDEM_GRACE_MS (120u * 1000u)
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
-/* A node name: 1 to 63 of A-Z a-z 0-9 . _ - (a session id is NODE~ID). */
-#define SERVE_NODE_MAX 63
 
 enum serve_outcome {
 	SERVE_OUT_OK = 0,   /* the five run statuses, in enum nbrun_status order */
@@ -72,7 +68,7 @@ struct serve {
 	char *state_dir;               /* absolute */
 	char *runs_dir;                /* STATE/runs */
 	int runs_fd;                   /* open on runs_dir */
-	char token[SERVE_TOKEN_MAX + 1];
+	char token[WIRE_TOKEN_MAX + 1];
 	unsigned int pool_size;        /* warm sandboxes kept ready, every language's; 0: every run cold */
 	unsigned int max_runs;         /* runs executing at once; beyond: 503 */
 	unsigned int keep_runs;        /* stored runs kept */
@@ -100,7 +96,7 @@ struct serve {
 	char **tenant_tokens;
 	size_t n_tenant_tokens;
 	/* This server's node (--node): the session ids it hands out name it. */
-	char node[SERVE_NODE_MAX + 1];
+	char node[WIRE_NODE_MAX + 1];
 	/* The nodes it forwards other nodes' sessions to (serve-forward.c); NULL: none. */
 	struct serve_peers *peers;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
@@ -140,7 +136,7 @@ struct serve_request {
 	 * runs of the first token), written to the run's .owner. */
 	char owner[65];
 	/* The Idempotency-Key header ("" when none) and the SHA-256 of the body it came with. */
-	char idem_key[SERVE_IDEM_KEY_MAX + 1];
+	char idem_key[WIRE_IDEM_KEY_MAX + 1];
 	unsigned char idem_body[32];
 };
 
@@ -185,7 +181,6 @@ char *serve_api_metrics(struct serve *s);
 /* {"error": msg}; takes a printf format. */
 void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-bool serve_run_id_valid(const char *id);
 /*
  * Find the server's languages (s->languages) from its image; when the
  * engine cannot say, Python only, with a warning naming who (prog) warns.
@@ -229,10 +224,6 @@ void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_a
  * caps; dir_fd is the directory the paths are relative to.
  */
 void serve_add_refs(json_t *doc, const char *prefix, int dir_fd, bool inline_data);
-/* Percent-encode a relative path for a URL (keeps '/'). malloc'd or NULL. */
-char *serve_url_path(const char *path);
-/* Base64 without line breaks (libb64 wraps lines). malloc'd or NULL. */
-char *serve_base64(const unsigned char *p, size_t n);
 
 /* serve-exec.c */
 /*
@@ -280,12 +271,9 @@ bool serve_wants_ndjson(struct MHD_Connection *c);
 /* A JSON error {"error": one line, "kind": kind} with code; its status in *status. */
 struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
 					  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* A session id as the server hands them out: NODE~HEX. */
-bool serve_session_id_valid(const char *id);
 
 /* serve-forward.c */
 struct serve_peers;
-bool serve_node_valid(const char *name, size_t len);
 /* s->node from name, or this host's name when NULL. 0 or -1 (usage message printed). */
 int serve_node_init(struct serve *s, const char *name);
 /* --peer NAME=http://HOST:PORT. 0 or -1 (usage message printed). */
@@ -322,15 +310,11 @@ void serve_http_stop(struct serve_http *h);
 /* cmd-serve.c */
 /* Remove a directory tree below dirfd without following symlinks. 0 or -errno. */
 int serve_rm_tree(int dirfd, const char *name);
-/* $NBRUN_STATE_DIR, /var/lib/nbrun as root, else $XDG_STATE_HOME/nbrun or ~/.local/state/nbrun. */
-char *serve_default_state_dir(void);
 /*
  * Open a regular file at rel (a relative path of safe components: no "",
  * ".", "..", control characters) below dirfd, following no symlink.
  * Returns the fd or -errno (-EINVAL for a bad path).
  */
 int serve_open_below(int dirfd, const char *rel);
-/* A name for one path component: not empty, ".", "..", no '/', no control bytes, <= 255 bytes. */
-bool serve_name_safe(const char *name, size_t len);
 
 #endif

@@ -38,10 +38,10 @@ static void size_ok(const char *s, uint64_t want)
 {
 	uint64_t v = SENTINEL;
 
-	if (cli_parse_size(&v, s) != 0)
-		fail_msg("cli_parse_size(\"%s\") was rejected", s);
+	if (units_parse_size(&v, s) != 0)
+		fail_msg("units_parse_size(\"%s\") was rejected", s);
 	if (v != want)
-		fail_msg("cli_parse_size(\"%s\") = %llu, want %llu", s, (unsigned long long)v,
+		fail_msg("units_parse_size(\"%s\") = %llu, want %llu", s, (unsigned long long)v,
 			 (unsigned long long)want);
 }
 
@@ -49,8 +49,8 @@ static void size_bad(const char *s)
 {
 	uint64_t v = SENTINEL;
 
-	if (cli_parse_size(&v, s) >= 0)
-		fail_msg("cli_parse_size(\"%s\") was accepted (%llu)", s, (unsigned long long)v);
+	if (units_parse_size(&v, s) >= 0)
+		fail_msg("units_parse_size(\"%s\") was accepted (%llu)", s, (unsigned long long)v);
 	assert_true(v == SENTINEL); /* untouched on error */
 }
 
@@ -58,10 +58,10 @@ static void dur_ok(const char *s, uint64_t want_ms)
 {
 	uint64_t v = SENTINEL;
 
-	if (cli_parse_duration(&v, s) != 0)
-		fail_msg("cli_parse_duration(\"%s\") was rejected", s);
+	if (units_parse_duration(&v, s) != 0)
+		fail_msg("units_parse_duration(\"%s\") was rejected", s);
 	if (v != want_ms)
-		fail_msg("cli_parse_duration(\"%s\") = %llu ms, want %llu", s, (unsigned long long)v,
+		fail_msg("units_parse_duration(\"%s\") = %llu ms, want %llu", s, (unsigned long long)v,
 			 (unsigned long long)want_ms);
 }
 
@@ -69,8 +69,8 @@ static void dur_bad(const char *s)
 {
 	uint64_t v = SENTINEL;
 
-	if (cli_parse_duration(&v, s) >= 0)
-		fail_msg("cli_parse_duration(\"%s\") was accepted (%llu)", s, (unsigned long long)v);
+	if (units_parse_duration(&v, s) >= 0)
+		fail_msg("units_parse_duration(\"%s\") was accepted (%llu)", s, (unsigned long long)v);
 }
 
 static void sizes(void **state)
@@ -144,20 +144,20 @@ static void cpus(void **state)
 {
 	uint64_t v = SENTINEL;
 
-	assert_int_equal(cli_parse_cpus(&v, "1"), 0);
+	assert_int_equal(units_parse_cpus(&v, "1"), 0);
 	assert_true(v == 1000000000ULL);
-	assert_int_equal(cli_parse_cpus(&v, "0.5"), 0);
+	assert_int_equal(units_parse_cpus(&v, "0.5"), 0);
 	assert_true(v == 500000000ULL);
-	assert_int_equal(cli_parse_cpus(&v, "2.25"), 0);
+	assert_int_equal(units_parse_cpus(&v, "2.25"), 0);
 	assert_true(v == 2250000000ULL);
 	v = SENTINEL;
-	assert_true(cli_parse_cpus(&v, "0") < 0);
-	assert_true(cli_parse_cpus(&v, "-1") < 0);
-	assert_true(cli_parse_cpus(&v, "1e-10") < 0);
-	assert_true(cli_parse_cpus(&v, "1x") < 0);
-	assert_true(cli_parse_cpus(&v, "nan") < 0);
-	assert_true(cli_parse_cpus(&v, "") < 0);
-	assert_true(cli_parse_cpus(&v, "100000") < 0);
+	assert_true(units_parse_cpus(&v, "0") < 0);
+	assert_true(units_parse_cpus(&v, "-1") < 0);
+	assert_true(units_parse_cpus(&v, "1e-10") < 0);
+	assert_true(units_parse_cpus(&v, "1x") < 0);
+	assert_true(units_parse_cpus(&v, "nan") < 0);
+	assert_true(units_parse_cpus(&v, "") < 0);
+	assert_true(units_parse_cpus(&v, "100000") < 0);
 	assert_true(v == SENTINEL);
 }
 
@@ -165,19 +165,19 @@ static void counts(void **state)
 {
 	int64_t v = -7;
 
-	assert_int_equal(cli_parse_count(&v, "256"), 0);
+	assert_int_equal(units_parse_count(&v, "256"), 0);
 	assert_int_equal(v, 256);
-	assert_int_equal(cli_parse_count(&v, "1"), 0);
+	assert_int_equal(units_parse_count(&v, "1"), 0);
 	assert_int_equal(v, 1);
 	v = -7;
-	assert_true(cli_parse_count(&v, "0") < 0);
-	assert_true(cli_parse_count(&v, "1.5") < 0);
-	assert_true(cli_parse_count(&v, "1.0") < 0);
-	assert_true(cli_parse_count(&v, "-3") < 0);
-	assert_true(cli_parse_count(&v, "3k") < 0);
-	assert_true(cli_parse_count(&v, "") < 0);
-	assert_true(cli_parse_count(&v, " 3") < 0);
-	assert_true(cli_parse_count(&v, "99999999999") < 0);
+	assert_true(units_parse_count(&v, "0") < 0);
+	assert_true(units_parse_count(&v, "1.5") < 0);
+	assert_true(units_parse_count(&v, "1.0") < 0);
+	assert_true(units_parse_count(&v, "-3") < 0);
+	assert_true(units_parse_count(&v, "3k") < 0);
+	assert_true(units_parse_count(&v, "") < 0);
+	assert_true(units_parse_count(&v, " 3") < 0);
+	assert_true(units_parse_count(&v, "99999999999") < 0);
 	assert_int_equal(v, -7);
 }
 
