@@ -10,14 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "fuzz-serve.h"
 #include "mcp.h"
 #include "path.h"
 
 static volatile sig_atomic_t fuzz_stopping;
 static struct serve fuzz_s;
-static struct cli_run_args fuzz_args;
+/* nbrun serve's run defaults: the library's, as the command line leaves them. */
+static const struct nbrun_run_options fuzz_opts = NBRUN_RUN_OPTIONS_INIT;
 static bool fuzz_ready;
 
 void fuzz_check(int ok, const char *what)
@@ -109,7 +109,6 @@ static void fuzz_serve_exit(void)
 	}
 	free(fuzz_s.state_dir);
 	free(fuzz_s.runs_dir);
-	cli_run_args_free(&fuzz_args);
 }
 
 struct serve *fuzz_serve(void)
@@ -143,9 +142,7 @@ struct serve *fuzz_serve(void)
 	snprintf(s->token, sizeof(s->token), "fuzz-token-0123456789abcdef");
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->idle, NULL);
-	if (cli_run_args_init(&fuzz_args, 1) < 0 || cli_run_args_finish(&fuzz_args, "serve"))
-		goto fail;
-	s->opts = fuzz_args.opts;
+	s->opts = fuzz_opts;
 	if (asprintf(&s->state_dir, "%s/nbrun-fuzz-XXXXXX",
 		     tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") < 0) {
 		s->state_dir = NULL;

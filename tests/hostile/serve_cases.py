@@ -357,7 +357,7 @@ def case_tokens():
         check(s.healthy(), "health needs no token and stays open to the limited address")
         if os.geteuid() == 0:
             unix_tokens()
-        src = open(os.path.join(os.environ.get("NBRUN_SRCDIR", "."), "src/cli/serve-http.c")).read()
+        src = open(os.path.join(os.environ.get("NBRUN_SRCDIR", "."), "src/serve/http/http.c")).read()
         check("CRYPTO_memcmp(got, h->token_hash" in src and "serve_hash(got, v, strlen(v))" in src,
               "tokens are compared as SHA-256 digests with CRYPTO_memcmp (constant time)")
     finally:

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Command-line value parsing (src/cli/options.c) and exit-code mapping. */
+/* Value parsing (src/shared/units.c, src/cli/options.c) and exit-code mapping. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>

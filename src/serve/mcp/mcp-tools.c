@@ -983,7 +983,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 	serve_api_run(&reply, cc->s, &req);
 	serve_request_free(&req);
 	if (*cc->cancel) {
-		fprintf(stderr, "nbrun: mcp: %s cancelled: its run stopped and its sandbox is removed\n",
+		serve_info("nbrun: mcp: %s cancelled: its run stopped and its sandbox is removed",
 			t->name);
 		*code = 0;
 	} else if (reply.status == 200) {

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -44,6 +45,22 @@
 #define SERVE_IDEM_GRACE_MS (120u * 1000u)
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
+
+/*
+ * The service's messages (log.c): one line each, without a newline. INFO
+ * lines carry their own "nbrun: serve: " prefix; an ERR or USAGE line is
+ * the message alone, and cmd names the command a USAGE error points to.
+ * With no function set, lines go to stderr as the command line prints them.
+ */
+enum serve_log_level { SERVE_LOG_INFO, SERVE_LOG_ERR, SERVE_LOG_USAGE };
+typedef void serve_log_fn(enum serve_log_level level, const char *cmd, const char *line,
+			  void *payload);
+void serve_set_log_fn(serve_log_fn *fn, void *payload);
+void serve_log(enum serve_log_level level, const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define serve_err(...) serve_log(SERVE_LOG_ERR, NULL, __VA_ARGS__)
+#define serve_info(...) serve_log(SERVE_LOG_INFO, NULL, __VA_ARGS__)
+#define serve_usage_err(cmd, ...) serve_log(SERVE_LOG_USAGE, cmd, __VA_ARGS__)
 
 enum serve_outcome {
 	SERVE_OUT_OK = 0,   /* the five run statuses, in enum nbrun_status order */
@@ -160,6 +177,17 @@ int serve_request_key(struct serve_request *req, struct serve_reply *err, const 
 		      const char *body, size_t len);
 /* Forget every Idempotency-Key (at exit). */
 void serve_idem_free(struct serve *s);
+/*
+ * idem.c: the key of req (which has one) for this run. CLAIMED: *slot is
+ * the key's (RUNNING), to be settled; ANSWERED: reply is filled (the run
+ * the key started, once it ends; 422 for another body; 409 past its
+ * deadline; 503 when the server stops).
+ */
+enum serve_idem_claim { SERVE_IDEM_ANSWERED, SERVE_IDEM_CLAIMED };
+enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply, struct serve *s,
+				       const struct serve_request *req);
+/* The claimed key's run ended: kept as run_id (NULL: forgotten, a retry runs again). */
+void serve_idem_settle(struct serve *s, ssize_t slot, const char *run_id);
 /* Execute a parsed request and fill the reply (200 + result document, or an error). */
 void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
 /* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */
@@ -181,6 +209,10 @@ char *serve_api_metrics(struct serve *s);
 /* {"error": msg}; takes a printf format. */
 void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* errors.c: the reply for the library's error rc (the context's message). */
+void serve_reply_lib_error(struct serve_reply *reply, int rc, const struct nbrun_ctx *ctx);
+/* Writing into the state directory failed with err (what: "write X"): 507 when full, else 500. */
+void serve_reply_write_error(struct serve_reply *reply, int err, const char *what);
 /*
  * Find the server's languages (s->languages) from its image; when the
  * engine cannot say, Python only, with a warning naming who (prog) warns.
@@ -307,9 +339,68 @@ void serve_http_quiesce(struct serve_http *h);
 /* Close every connection and stop. */
 void serve_http_stop(struct serve_http *h);
 
-/* cmd-serve.c */
+/* store.c */
+/* The urls of a kept run's outputs (/v1/runs/{id}/...), see serve_add_refs. */
+void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data);
+/* result.json, atomically, in the run's directory: 0, or -1 with errno. */
+int serve_write_result(int run_fd, const json_t *doc);
+/*
+ * The kept run's result document for owner, with urls (and, with
+ * inline_data, the small outputs' bytes), or NULL when it is gone.
+ */
+json_t *serve_load_result(struct serve *s, const char *run_id, const char *owner, bool inline_data);
 /* Remove a directory tree below dirfd without following symlinks. 0 or -errno. */
 int serve_rm_tree(int dirfd, const char *name);
+/*
+ * Make and open the state directory dir (its runs/ and tmp/) for s: 0, or -1
+ * (message logged).
+ */
+int serve_open_state(struct serve *s, const char *dir);
+/*
+ * Remove finished runs older than the retention, then the oldest beyond
+ * the number kept. With startup set, also what a killed server left:
+ * pending run directories and uploaded files.
+ */
+void serve_janitor(struct serve *s, bool startup);
+
+/* auth.c */
+/*
+ * The tokens of s from the token file at path: the first line is the
+ * token, each further line a tenant's. 0, or -1 (message logged).
+ */
+int serve_read_token(struct serve *s, const char *path);
+/* A token made for s: 32 random bytes as hex, written 0600 to STATE/token. 0 or -1 (logged). */
+int serve_make_token(struct serve *s);
+
+/* server.c */
+/* Wait at most ms for the runs and posts of s to end. */
+void serve_wait_idle(struct serve *s, uint64_t ms);
+/* Start the warm pool of s from pa (checked): 0, or -1 (message logged). */
+int serve_start_pool(struct serve *s, const struct serve_pool_args *pa);
+/*
+ * The engine before anything is made: 0 when it answers; else -1 with one
+ * line logged saying why (the caller exits 4, as a run would). What killed
+ * runs and servers of this host left is removed here.
+ */
+int serve_check_engine(void);
+/*
+ * nbrun mcp's state: dir when given (kept), else a private temporary
+ * directory (*temp set; mcp_remove_state() removes it). 0 or -1 (logged).
+ */
+int mcp_open_state(struct serve *s, const char *dir, bool *temp);
+void mcp_remove_state(struct serve *s);
+/* nbrun mcp's warm pool; a failure is logged and the server goes on cold. */
+void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa);
+
+/* http/listen.c */
+/*
+ * A listening TCP socket on spec (HOST:PORT, [V6]:PORT or PORT); refused
+ * on an address that is not loopback unless have_token. The fd, or -1
+ * (message logged; the caller exits 2 or 5 as the message says).
+ */
+int serve_listen_tcp(const char *spec, bool have_token);
+/* A listening unix socket at path (mode 0600). The fd, or -1 (logged). */
+int serve_listen_unix(const char *path);
 /*
  * Open a regular file at rel (a relative path of safe components: no "",
  * ".", "..", control characters) below dirfd, following no symlink.

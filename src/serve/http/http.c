@@ -16,7 +16,6 @@
 
 #include "buf.h"
 #include "clock.h"
-#include "cli.h"
 #include "mcp.h"
 #include "serve.h"
 
@@ -211,7 +210,7 @@ static enum MHD_Result serve_header_size(void *cls, enum MHD_ValueKind kind, con
 	return MHD_YES;
 }
 
-static void serve_log(struct MHD_Connection *c, const char *method, const char *url,
+static void serve_access_log(struct MHD_Connection *c, const char *method, const char *url,
 		      unsigned int status, const struct serve_conn *sc)
 {
 	char clean[201];
@@ -221,7 +220,7 @@ static void serve_log(struct MHD_Connection *c, const char *method, const char *
 	for (i = 0; url[i] && i < sizeof(clean) - 1; i++)
 		clean[i] = (unsigned char)url[i] < 0x20 || url[i] == 0x7f ? '?' : url[i];
 	clean[i] = '\0';
-	fprintf(stderr, "nbrun: serve: %.16s %s %u %.3fs\n", method, clean, status,
+	serve_info("nbrun: serve: %.16s %s %u %.3fs", method, clean, status,
 		sc ? (double)(clock_mono_ms() - sc->t0) / 1000.0 : 0.0);
 }
 
@@ -270,7 +269,7 @@ static enum MHD_Result serve_send(struct MHD_Connection *c, struct serve_reply *
 					!strcmp(url, "/v1/runs") ? "POST" : "GET, HEAD");
 	if (r && reply->status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	serve_log(c, method, url, reply->status, sc);
+	serve_access_log(c, method, url, reply->status, sc);
 	return serve_queue(c, reply->status, r, "application/json");
 }
 
@@ -374,7 +373,7 @@ static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connecti
 		type = serve_image_type(rel);
 	else
 		type = "application/octet-stream";
-	serve_log(c, method, url, 200, sc);
+	serve_access_log(c, method, url, 200, sc);
 	return serve_queue(c, 200, r, type);
 missing:
 	if (fd >= 0)
@@ -405,7 +404,7 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 		if (serve_wants_ndjson(c)) {
 			unsigned int status = 500;
 			struct MHD_Response *r = serve_stream_run(h->s, c, &req, &status);
-			serve_log(c, method, url, status, sc);
+			serve_access_log(c, method, url, status, sc);
 			return serve_queue(c, status, r, NULL);
 		}
 		serve_api_run(&reply, h->s, &req);
@@ -450,7 +449,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 							method, url, sc);
 			r = serve_sessions_handle(h->s, c, sc->tenant, method, url,
 						  sc->body.data ? sc->body.data : "", sc->body.len, &status);
-			serve_log(c, method, url, status, sc);
+			serve_access_log(c, method, url, status, sc);
 			return serve_queue(c, status, r, NULL);
 		}
 		if (sc->mcp) {
@@ -458,7 +457,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, sc->tenant,
 							       sc->body.data ? sc->body.data : "",
 							       sc->body.len, sc->too_large, &status);
-			serve_log(c, method, url, status, sc);
+			serve_access_log(c, method, url, status, sc);
 			return serve_queue(c, status, r, NULL);
 		}
 		return serve_finish_post(h, c, sc, method, url);
@@ -518,7 +517,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			return MHD_YES;
 		}
 		r = serve_sessions_handle(h->s, c, tenant, method, url, NULL, 0, &status);
-		serve_log(c, method, url, status, NULL);
+		serve_access_log(c, method, url, status, NULL);
 		return serve_queue(c, status, r, NULL);
 	}
 	if (route == ROUTE_NONE || (route == ROUTE_MCP && !h->s->mcp))
@@ -526,7 +525,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	if (route == ROUTE_MCP && strcmp(method, "POST")) {
 		unsigned int status = 500;
 		struct MHD_Response *r = mcp_http_other(h->s->mcp, c, tenant, method, &status);
-		serve_log(c, method, url, status, NULL);
+		serve_access_log(c, method, url, status, NULL);
 		return serve_queue(c, status, r, NULL);
 	}
 	if (route == ROUTE_RUNS || route == ROUTE_MCP) {
@@ -536,7 +535,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		if (len && route == ROUTE_MCP && strtoull(len, NULL, 10) > MCP_MESSAGE_MAX) {
 			unsigned int status = 500;
 			struct MHD_Response *r = mcp_http_post(h->s->mcp, c, tenant, "", 0, true, &status);
-			serve_log(c, method, url, status, NULL);
+			serve_access_log(c, method, url, status, NULL);
 			return serve_queue(c, status, r, NULL);
 		}
 		if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
@@ -560,7 +559,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	switch (route) {
 	case ROUTE_METRICS:
 		text = serve_api_metrics(h->s);
-		serve_log(c, method, url, text ? 200 : 500, NULL);
+		serve_access_log(c, method, url, text ? 200 : 500, NULL);
 		return serve_queue(c, 200,
 				   text ? MHD_create_response_from_buffer(strlen(text), text,
 									  MHD_RESPMEM_MUST_FREE)
@@ -603,7 +602,7 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 	if (!h || !h->auth || serve_hash(h->token_hash, s->token, strlen(s->token)) < 0 ||
 	    (s->n_tenant_tokens &&
 	     !(h->tenant_hash = calloc(s->n_tenant_tokens, sizeof(*h->tenant_hash))))) {
-		cli_error("out of memory");
+		serve_err("out of memory");
 		close(listen_fd);
 		if (h)
 			free(h->auth);
@@ -630,7 +629,7 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 				     MHD_OPTION_NOTIFY_COMPLETED, serve_completed, h,
 				     MHD_OPTION_END);
 	if (!h->daemon) {
-		cli_error("cannot start the HTTP server (libmicrohttpd)");
+		serve_err("cannot start the HTTP server (libmicrohttpd)");
 		close(listen_fd);
 		pthread_mutex_destroy(&h->auth_lock);
 		free(h->auth);

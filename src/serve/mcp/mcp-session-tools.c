@@ -233,7 +233,7 @@ static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, j
 	rc = nbrun_session_execute(&res, x->ss, src, &eo);
 	mcp_call_interrupts(cc, NULL);
 	if (*cc->cancel) {
-		fprintf(stderr, "nbrun: mcp: session_execute cancelled: its cell was interrupted\n");
+		serve_info("nbrun: mcp: session_execute cancelled: its cell was interrupted");
 		*code = 0;
 	} else if (rc < 0) {
 		snprintf(why, sizeof(why), "the session could not run it: %s%s",

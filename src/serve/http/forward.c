@@ -30,7 +30,6 @@
 
 #include "buf.h"
 #include "clock.h"
-#include "cli.h"
 #include "serve.h"
 
 #define FWD_HEADER "Nbrun-Forwarded"
@@ -90,13 +89,13 @@ int serve_node_init(struct serve *s, const char *name)
 				snprintf(host, sizeof(host), "node");
 		}
 		if (!wire_node_valid(host, strlen(host))) {
-			cli_usage_error("serve", "this host's name '%.64s' is no node name: give --node NAME",
+			serve_usage_err("serve", "this host's name '%.64s' is no node name: give --node NAME",
 					host);
 			return -1;
 		}
 		name = host;
 	} else if (!wire_node_valid(name, strlen(name))) {
-		cli_usage_error("serve", "--node: '%.80s' is not 1 to 63 of A-Z a-z 0-9 . _ -", name);
+		serve_usage_err("serve", "--node: '%.80s' is not 1 to 63 of A-Z a-z 0-9 . _ -", name);
 		return -1;
 	}
 	snprintf(s->node, sizeof(s->node), "%.63s", name); /* checked: at most 63 */
@@ -143,7 +142,7 @@ int serve_peer_add(struct serve *s, const char *spec)
 	size_t n;
 
 	if (!eq || !wire_node_valid(spec, (size_t)(eq - spec)) || strncmp(eq + 1, "http://", 7)) {
-		cli_usage_error("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
+		serve_usage_err("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
 		return -1;
 	}
 	hp = eq + 8;
@@ -153,28 +152,28 @@ int serve_peer_add(struct serve *s, const char *spec)
 	{
 		char tmp[FWD_URL_MAX];
 		if (n >= sizeof(tmp)) {
-			cli_usage_error("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
+			serve_usage_err("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
 			return -1;
 		}
 		memcpy(tmp, hp, n);
 		tmp[n] = '\0';
 		if (!fwd_hostport_valid(tmp)) {
-			cli_usage_error("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
+			serve_usage_err("serve", "--peer: '%.200s' is not NAME=http://HOST:PORT", spec);
 			return -1;
 		}
 	}
 	p = fwd_peers(s);
 	if (!p) {
-		cli_error("out of memory");
+		serve_err("out of memory");
 		return -1;
 	}
 	for (size_t i = 0; i < p->n; i++)
 		if (strlen(p->v[i].name) == (size_t)(eq - spec) && !strncmp(p->v[i].name, spec, eq - spec)) {
-			cli_usage_error("serve", "--peer: node '%.*s' given twice", (int)(eq - spec), spec);
+			serve_usage_err("serve", "--peer: node '%.*s' given twice", (int)(eq - spec), spec);
 			return -1;
 		}
 	if (p->n == FWD_PEERS_MAX) {
-		cli_usage_error("serve", "--peer: at most %d peers", FWD_PEERS_MAX);
+		serve_usage_err("serve", "--peer: at most %d peers", FWD_PEERS_MAX);
 		return -1;
 	}
 	e = &p->v[p->n++];
@@ -189,16 +188,16 @@ int serve_peers_dns(struct serve *s, const char *hostport)
 	const char *colon = strrchr(hostport, ':');
 
 	if (!fwd_hostport_valid(hostport) || strchr(hostport, '[')) {
-		cli_usage_error("serve", "--peers-dns: '%.200s' is not HOST:PORT", hostport);
+		serve_usage_err("serve", "--peers-dns: '%.200s' is not HOST:PORT", hostport);
 		return -1;
 	}
 	if (s->peers && s->peers->dns_host) {
-		cli_usage_error("serve", "--peers-dns: given twice");
+		serve_usage_err("serve", "--peers-dns: given twice");
 		return -1;
 	}
 	p = fwd_peers(s);
 	if (!p || !(p->dns_host = strndup(hostport, (size_t)(colon - hostport)))) {
-		cli_error("out of memory");
+		serve_err("out of memory");
 		return -1;
 	}
 	snprintf(p->dns_port, sizeof(p->dns_port), "%s", colon + 1);

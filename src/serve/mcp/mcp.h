@@ -173,4 +173,19 @@ struct MHD_Response *mcp_http_post(struct mcp_server *m, struct MHD_Connection *
 struct MHD_Response *mcp_http_other(struct mcp_server *m, struct MHD_Connection *c, int tenant,
 				    const char *method, unsigned int *status);
 
+/* mcp-stdio.c: MCP over stdin and stdout, for nbrun mcp. */
+struct mcp_stdio {
+	struct mcp_server *m;
+	struct mcp_session *sess;
+	const volatile sig_atomic_t *stopping; /* set: read no further */
+	pthread_mutex_t out_lock; /* one message a line, never interleaved */
+	pthread_mutex_t lock;
+	pthread_cond_t idle;
+	unsigned int workers;
+};
+/* Read messages from stdin and answer on stdout until the end of input or *io->stopping. */
+void mcp_stdio_loop(struct mcp_stdio *io);
+/* Wait at most ms for the requests still being served to end. */
+void mcp_wait_idle(struct mcp_stdio *io, uint64_t ms);
+
 #endif

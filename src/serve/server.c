@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/* The server as a whole: its languages, its warm pool, the engine check, and
+ * waiting for its work to end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "buf.h"
+#include "path.h"
+#include "units.h"
+#include "serve.h"
+#include "text.h"
+
+void serve_wait_idle(struct serve *s, uint64_t ms)
+{
+	uint64_t until = clock_mono_ms() + ms;
+
+	pthread_mutex_lock(&s->lock);
+	while ((s->runs_active || s->posts_open) && clock_mono_ms() < until) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->idle, &s->lock, &ts);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void serve_pool_args_init(struct serve_pool_args *a, unsigned int python)
+{
+	memset(a, 0, sizeof(*a));
+	a->langs[0].language = "python";
+	a->langs[0].size = python;
+	a->n = 1;
+}
+
+int serve_pool_arg(struct serve_pool_args *a, const char *arg, const char *prog)
+{
+	const char *eq = strchr(arg, '='), *num = eq ? eq + 1 : arg, *canon = "python";
+	char name[32];
+	int64_t n;
+	size_t i;
+
+	if (strcmp(num, "0") && (units_parse_count(&n, num) < 0 || n > 64))
+		return serve_usage_err(prog, "--pool: '%s' is not N or LANG=N, N a whole number from 0 to 64",
+				       arg), -1;
+	if (!strcmp(num, "0"))
+		n = 0;
+	if (eq) {
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - arg < 31 ? eq - arg : 31), arg);
+		canon = nbrun_language_name(name);
+		if (!canon) {
+			/* Said once the image's languages are known, as for a request. */
+			if (!a->unknown)
+				a->unknown = arg;
+			return 0;
+		}
+	}
+	for (i = 0; i < a->n && strcmp(a->langs[i].language, canon); i++)
+		;
+	if (i == SERVE_POOL_LANGUAGES)
+		return serve_usage_err(prog, "--pool: too many languages"), -1;
+	if (i == a->n)
+		a->n++;
+	a->langs[i].language = canon;
+	a->langs[i].size = (unsigned int)n;
+	return 0;
+}
+
+int serve_pool_check(struct serve_pool_args *a, struct serve *s, const char *prog)
+{
+	char why[256], name[32];
+	unsigned int total = 0;
+	size_t k = 0;
+
+	if (a->unknown) {
+		snprintf(name, sizeof(name), "%.*s", (int)(strchr(a->unknown, '=') - a->unknown), a->unknown);
+		serve_language(s, name, why, sizeof(why));
+		return serve_usage_err(prog, "--pool: %s", why), -1;
+	}
+	for (size_t i = 0; i < a->n; i++) {
+		if (!a->langs[i].size)
+			continue;
+		if (!serve_language(s, a->langs[i].language, why, sizeof(why)))
+			return serve_usage_err(prog, "--pool: %s", why), -1;
+		total += a->langs[i].size;
+		a->langs[k++] = a->langs[i]; /* only the languages with sandboxes */
+	}
+	a->n = k;
+	if (total > 64)
+		return serve_usage_err(prog, "--pool: %u warm sandboxes in all; at most 64", total), -1;
+	s->pool_size = total;
+	return 0;
+}
+
+void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_args *a,
+			const struct nbrun_run_options *ro)
+{
+	po->run = ro;
+	po->languages = a->langs;
+	po->language_count = a->n;
+}
+
+/* The warm pool: the server's run limits, no environment (a sandbox starts before its run). */
+int serve_start_pool(struct serve *s, const struct serve_pool_args *pa)
+{
+	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
+	struct nbrun_run_options ro = s->opts;
+	struct nbrun_ctx *ctx = NULL;
+	int rc;
+
+	if (nbrun_ctx_new(&ctx) < 0) {
+		serve_err("out of memory");
+		return -1;
+	}
+	ro.env = NULL;
+	ro.env_count = 0;
+	serve_pool_options(&po, pa, &ro);
+	rc = nbrun_pool_new(&s->pool, ctx, &po);
+	if (rc < 0)
+		serve_err("cannot start the warm pool: %s", nbrun_ctx_errmsg(ctx));
+	nbrun_ctx_free(ctx);
+	return rc < 0 ? -1 : 0;
+}
+
+/*
+ * The engine before anything is made: a server that could run nothing says
+ * why in one line and exits 4, as a run would. What killed runs and servers
+ * of this host left (their pid is gone) is removed here, pool or not.
+ */
+int serve_check_engine(void)
+{
+	struct nbrun_ctx *ctx = NULL;
+	unsigned int removed = 0, failed = 0;
+	int rc;
+
+	if (nbrun_ctx_new(&ctx) < 0) {
+		serve_err("out of memory");
+		return -1;
+	}
+	rc = nbrun_gc(&removed, &failed, ctx, 0);
+	if (rc < 0 && !failed)
+		serve_err("%s", nbrun_ctx_errmsg(ctx));
+	else if (rc < 0)
+		fprintf(stderr, "nbrun: serve: warning: %u leftovers of killed runs not removed: %s\n",
+			failed, nbrun_ctx_errmsg(ctx));
+	if (removed)
+		fprintf(stderr, "nbrun: serve: removed %u containers and volumes of killed runs\n", removed);
+	nbrun_ctx_free(ctx);
+	return rc < 0 && !failed ? -1 : 0;
+}
+
+int mcp_open_state(struct serve *s, const char *dir, bool *temp)
+{
+	const char *tmpdir = getenv("TMPDIR");
+	char *tmp = NULL;
+	int rc = -1;
+
+	*temp = !dir;
+	if (!dir) {
+		if (asprintf(&s->state_dir, "%s/nbrun-mcp-XXXXXX", tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") < 0 ||
+		    !mkdtemp(s->state_dir)) {
+			serve_err("cannot make a temporary directory: %s", strerror(errno));
+			*temp = false;
+			goto out;
+		}
+	} else if (!(s->state_dir = realpath(dir, NULL)) && (path_mkdir_p(dir, 0700) < 0 ||
+							     !(s->state_dir = realpath(dir, NULL)))) {
+		serve_err("cannot use the state directory %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	if (asprintf(&s->runs_dir, "%s/runs", s->state_dir) < 0 ||
+	    asprintf(&tmp, "%s/tmp", s->state_dir) < 0) {
+		s->runs_dir = tmp = NULL;
+		serve_err("out of memory");
+		goto out;
+	}
+	if (path_mkdir_p(s->runs_dir, 0700) < 0 || path_mkdir_p(tmp, 0700) < 0 ||
+	    (s->runs_fd = open(s->runs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		serve_err("cannot make %s: %s", s->runs_dir, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	free(tmp);
+	return rc;
+}
+
+void mcp_remove_state(struct serve *s)
+{
+	char *slash = s->state_dir ? strrchr(s->state_dir, '/') : NULL;
+	int fd;
+
+	if (!slash)
+		return;
+	*slash = '\0';
+	fd = open(*s->state_dir ? s->state_dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		serve_rm_tree(fd, slash + 1);
+		close(fd);
+	}
+	*slash = '/';
+}
+
+void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa)
+{
+	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
+	struct nbrun_run_options ro = s->opts;
+	struct nbrun_ctx *ctx = NULL;
+
+	if (nbrun_ctx_new(&ctx) < 0)
+		return;
+	ro.env = NULL;
+	ro.env_count = 0;
+	serve_pool_options(&po, pa, &ro);
+	/* Without a pool every call starts cold, and says why it cannot when the engine is down. */
+	if (nbrun_pool_new(&s->pool, ctx, &po) < 0)
+		fprintf(stderr, "nbrun: mcp: no warm pool (%s); calls start their own sandbox\n",
+			nbrun_ctx_errmsg(ctx));
+	nbrun_ctx_free(ctx);
+}
+
+int serve_languages_init(struct serve *s, const char *prog)
+{
+	struct nbrun_ctx *ctx = NULL;
+
+	if (nbrun_ctx_new(&ctx) < 0)
+		return -1;
+	if (nbrun_image_languages(&s->languages, ctx, s->opts.image) < 0) {
+		serve_info("nbrun: %s: cannot read the image's kernels (%s); only python is offered",
+			prog, nbrun_ctx_errmsg(ctx));
+		s->languages = strdup("python");
+	}
+	nbrun_ctx_free(ctx);
+	return s->languages ? 0 : -1;
+}
+
+static bool serve_has_language(const struct serve *s, const char *canon)
+{
+	return text_has_word(s->languages ? s->languages : "python", canon);
+}
+
+const char *serve_languages_list(const struct serve *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (const char *p = s->languages ? s->languages : "python"; *p && n + 3 < len; p++) {
+		if (*p == ' ') {
+			buf[n++] = ',';
+			buf[n++] = ' ';
+		} else {
+			buf[n++] = *p;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+const char *serve_language(const struct serve *s, const char *name, char *why, size_t len)
+{
+	const char *canon = nbrun_language_name(name);
+	char list[128];
+
+	if (canon && serve_has_language(s, canon))
+		return canon;
+	snprintf(why, len, "language '%.64s' is not one this server runs; languages: %s", name,
+		 serve_languages_list(s, list, sizeof(list)));
+	return NULL;
+}
