@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "cli.h"
 #include "mcp.h"
+#include "mcp-tools.h"
 #include "path.h"
 #include "serve.h"
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "mcp.h"
+#include "mcp-session-tools.h"
 
 /* A session of the library, owned by the MCP session that opened it. */
 struct mcp_box {
@@ -229,9 +229,9 @@ static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, j
 		return NULL;
 	}
 	eo.out_dir = out_dir;
-	mcp_call_interrupts(cc, x->ss);
+	cc->interrupts(cc, x->ss);
 	rc = nbrun_session_execute(&res, x->ss, src, &eo);
-	mcp_call_interrupts(cc, NULL);
+	cc->interrupts(cc, NULL);
 	if (*cc->cancel) {
 		serve_info("nbrun: mcp: session_execute cancelled: its cell was interrupted");
 		*code = 0;

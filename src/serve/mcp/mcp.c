@@ -9,15 +9,13 @@
 
 #include "clock.h"
 #include "mcp.h"
+#include "mcp-session-tools.h"
+#include "mcp-tools.h"
 #include "text.h"
-
-/* Newest first; the first is what a client asking for an unknown revision gets. */
-static const char *const mcp_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05",
-					    "2024-10-07", NULL };
 
 struct mcp_session {
 	char id[33];
-	const char *version; /* one of mcp_versions, NULL before initialize */
+	const char *version; /* mcp_version_negotiate()'s, NULL before initialize */
 	bool initialized;    /* notifications/initialized seen */
 	bool closed;
 	unsigned int refs;   /* the table holds one while the session is open */
@@ -43,25 +41,6 @@ struct mcp_server {
 	struct mcp_call *calls;
 	struct mcp_boxes *boxes;
 };
-
-bool mcp_version_known(const char *v)
-{
-	for (size_t i = 0; v && mcp_versions[i]; i++)
-		if (!strcmp(v, mcp_versions[i]))
-			return true;
-	return false;
-}
-
-bool mcp_version_since(const char *v, const char *since)
-{
-	return strcmp(v ? v : mcp_versions[0], since) >= 0; /* ISO dates compare as text */
-}
-
-/* JSON-RPC batches are in revision 2025-03-26 (and allowed by the JSON-RPC of the ones before); 2025-06-18 removed them. */
-static bool mcp_version_batches(const char *v)
-{
-	return v && !mcp_version_since(v, "2025-06-18");
-}
 
 struct mcp_server *mcp_server_new(struct serve *s)
 {
@@ -107,7 +86,7 @@ void mcp_server_cancel_all(struct mcp_server *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
-void mcp_call_interrupts(struct mcp_call_ctx *cc, struct nbrun_session *ss)
+static void mcp_call_interrupts(struct mcp_call_ctx *cc, struct nbrun_session *ss)
 {
 	struct mcp_call *call = cc->call;
 
@@ -296,13 +275,11 @@ static json_t *mcp_initialize(struct mcp_server *m, struct mcp_session *sess, js
 			      json_t *params)
 {
 	const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
-	const char *v = mcp_versions[0];
+	const char *v;
 
 	if (!asked)
 		return mcp_error(id, MCP_INVALID_PARAMS, "initialize: params.protocolVersion must be a string");
-	for (size_t i = 0; mcp_versions[i]; i++)
-		if (!strcmp(asked, mcp_versions[i]))
-			v = mcp_versions[i];
+	v = mcp_version_negotiate(asked);
 	pthread_mutex_lock(&m->lock);
 	sess->version = v;
 	pthread_mutex_unlock(&m->lock);
@@ -347,7 +324,7 @@ static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *
 	cc.s = m->s;
 	cc.version = mcp_session_version(m, sess);
 	if (!cc.version)
-		cc.version = mcp_versions[0];
+		cc.version = mcp_version_negotiate(NULL);
 	cc.cancel = &call.cancel;
 	cc.progress_token = json_object_get(meta, "progressToken");
 	if (cc.progress_token && !json_is_string(cc.progress_token) && !json_is_integer(cc.progress_token))
@@ -356,6 +333,7 @@ static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *
 	cc.payload = payload;
 	cc.m = m;
 	cc.call = &call;
+	cc.interrupts = mcp_call_interrupts;
 	cc.boxes = m->boxes;
 	cc.owner = sess->id;
 	cc.tenant = sess->tenant;
@@ -476,7 +454,7 @@ void mcp_handle_json(char **out, struct mcp_server *m, struct mcp_session *sess,
 	if (!mcp_version_batches(v)) {
 		*out = mcp_dump(mcp_error(NULL, MCP_INVALID_REQUEST,
 					  "JSON-RPC batches are not part of MCP %s: send one message at a time",
-					  v ? v : mcp_versions[0]));
+					  v ? v : mcp_version_negotiate(NULL)));
 		return;
 	}
 	if (json_array_size(msg) == 0) {
