@@ -29,7 +29,7 @@ Exit status: 0 when every bound held; 1 when a request failed, hung or got a
 503 without Retry-After, RSS grew more than --rss-bound-mib from after
 warm-up to the end, the fds at the end exceed those at the start, or the
 server left a container or volume; 2 on usage.
-Prints a markdown table (one row per section) for the README.
+Prints a markdown table (one row per section) for docs/performance.md.
 """
 import argparse
 import base64

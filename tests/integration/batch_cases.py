@@ -274,7 +274,7 @@ def case_papermill_output():
 
 
 # What papermill does with each notebook (papermill/execute.py, cli.py and its
-# documentation), and the exit code nbrun gives it (README: Coming from papermill).
+# documentation), and the exit code nbrun gives it (docs/papermill.md).
 PARITY = [
     # name, cells, extra args, papermill: (exit, executed cells), nbrun exit, status
     ("ok", ["x = 1", "print(x + 1)"], [], (0, 2), 0, "ok"),
