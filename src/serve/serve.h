@@ -16,7 +16,7 @@
 #include "wire.h"
 
 /*
- * Limits of the HTTP API (documented in `nbrun serve --help` and the README).
+ * Limits of the HTTP API (documented in `nbrun serve --help` and docs/http-api.md).
  * A request body larger than SERVE_BODY_MAX is refused with 413; an image or
  * file is inlined as content_base64 in the POST reply when it is at most
  * SERVE_INLINE_ONE bytes and the inlined bytes stay within SERVE_INLINE_ALL.

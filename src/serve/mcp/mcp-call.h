@@ -16,7 +16,7 @@ struct mcp_server;
 struct mcp_boxes;
 
 /*
- * Limits (README, `nbrun mcp --help`): a message (a stdio line or a POST
+ * Limits (docs/mcp.md, `nbrun mcp --help`): a message (a stdio line or a POST
  * body) above MCP_MESSAGE_MAX is answered with -32600 and dropped; images
  * are inlined as image blocks when each is at most MCP_IMAGE_ONE bytes and
  * all at most MCP_IMAGE_ALL; files written under /mnt/data are embedded
