@@ -88,7 +88,12 @@ class Agent:
             cmd += ["-e", "%s=%s" % (k, v)]
         if os.environ.get("NBRUN_AGENT_FILE"):
             # by hand: an agent being worked on, without rebuilding the image
-            cmd += ["-v", "%s:/opt/nbrun/nbrun-agent:ro" % os.environ["NBRUN_AGENT_FILE"]]
+            # (the launcher, and the package nbrun_agent beside it)
+            launcher = os.path.abspath(os.environ["NBRUN_AGENT_FILE"])
+            cmd += ["-v", "%s:/opt/nbrun/nbrun-agent:ro" % launcher]
+            package = os.path.join(os.path.dirname(launcher), "nbrun_agent")
+            if os.path.isdir(package):
+                cmd += ["-v", "%s:/opt/nbrun/nbrun_agent:ro" % package]
         cmd += list(extra) + [IMAGE, "/opt/nbrun/nbrun-agent"]
         self.t0 = time.monotonic()
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
