@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "jsonx.h"
 #include "cli.h"
 #include "remote.h"
 #include "wire.h"
@@ -181,7 +182,7 @@ static json_t *rsess_execute(void *p, const char *code, const char *dir)
 			goto saved;
 	json_object_del(doc, "notebook_url");
 	json_object_set_new(doc, "out_dir", json_string(abs));
-	if (remote_write_result(out_fd, doc) == 0)
+	if (jsonx_write_file(out_fd, "result.json", doc) == 0)
 		goto out;
 saved:
 	snprintf(s->errmsg, sizeof(s->errmsg), "cannot save the outputs in %s", abs);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 
+#include "jsonx.h"
 #include "buf.h"
 #include "path.h"
 #include "cli.h"
@@ -547,27 +548,6 @@ int remote_save(struct remote *r, int out_fd, json_t *e)
 	return rc;
 }
 
-int remote_write_result(int out_fd, const json_t *doc)
-{
-	char *text = json_dumps(doc, JSON_INDENT(2));
-	size_t len;
-	int rc;
-
-	if (!text) {
-		errno = ENOMEM;
-		return -1;
-	}
-	len = strlen(text);
-	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
-	rc = fd_write_file_atomic(out_fd, "result.json", text, len + 1, 0644);
-	free(text);
-	if (rc < 0) {
-		errno = -rc;
-		return -1;
-	}
-	return 0;
-}
-
 int remote_open_out(char **abs, const char *dir, const char *run_id)
 {
 	char cwd[PATH_MAX];
@@ -669,7 +649,7 @@ int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *o
 	long status = 0;
 	json_t *e;
 	size_t i;
-	int rc = -1;
+	int rc = -1, wrc;
 
 	json_array_foreach(json_object_get(doc, "images"), i, e)
 		if (remote_save(r, out_fd, e) < 0)
@@ -700,8 +680,9 @@ int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *o
 	}
 	json_object_set_new(doc, "out_dir", json_string(out_dir));
 	json_object_set_new(doc, "notebook", nb_path ? json_string(nb_path) : json_null());
-	if (remote_write_result(out_fd, doc) < 0) {
-		cli_error("cannot write %s/result.json: %s", out_dir, strerror(errno));
+	wrc = jsonx_write_file(out_fd, "result.json", doc);
+	if (wrc < 0) {
+		cli_error("cannot write %s/result.json: %s", out_dir, strerror(-wrc));
 		goto out;
 	}
 	rc = 0;

@@ -53,8 +53,6 @@ int remote_open_out(char **abs, const char *dir, const char *run_id);
  * only the schema's fields stay in e. */
 int remote_save(struct remote *r, int out_fd, json_t *e);
 
-/* result.json below out_fd: temp file and rename. */
-int remote_write_result(int out_fd, const json_t *doc);
 
 /*
  * POST /v1/runs as an NDJSON stream, whose client going away cancels the run

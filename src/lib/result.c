@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "jsonx.h"
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -95,22 +96,10 @@ void nbrun__result_flag_truncated(struct nbrun_result *r)
 
 int nbrun__result_write(struct nbrun_ctx *ctx, const struct nbrun_result *r, int dirfd)
 {
-	char *text = json_dumps(r->doc, JSON_INDENT(2));
-	struct fd_atomic a;
-	int rc;
+	int rc = jsonx_write_file(dirfd, "result.json", r->doc);
 
-	if (!text)
+	if (rc == -ENOMEM)
 		return nbrun__err(ctx, NBRUN_ENOMEM, "cannot serialise the result");
-	rc = fd_atomic_open(&a, dirfd, "result.json", 0644);
-	if (rc >= 0)
-		rc = fd_write_all(a.fd, text, strlen(text));
-	if (rc == 0)
-		rc = fd_write_all(a.fd, "\n", 1);
-	if (rc == 0)
-		rc = fd_atomic_commit(&a);
-	else
-		fd_atomic_abort(&a);
-	free(text);
 	if (rc < 0)
 		return nbrun__errno(ctx, nbrun__write_error(-rc), -rc, "cannot write result.json");
 	return 0;

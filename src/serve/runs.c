@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "fdio.h"
+#include "jsonx.h"
 #include "serve.h"
 #include "units.h"
 #include "text.h"
@@ -370,6 +371,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	json_t *doc = NULL;
 	bool reserved = false, kept = false;
 	ssize_t key_slot = -1;
+	int wrc;
 	int run_fd = -1, rc;
 
 	/* A key seen before answers its run's result, running nothing. */
@@ -441,8 +443,9 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	if (!json_is_null(json_object_get(doc, "notebook")) &&
 	    asprintf(&nb, "%s/notebook.ipynb", out_dir) >= 0)
 		json_object_set_new(doc, "notebook", json_string(nb));
-	if (serve_write_result(run_fd, doc) < 0) {
-		serve_reply_write_error(reply, errno, "write the run's result.json");
+	wrc = jsonx_write_file(run_fd, "result.json", doc);
+	if (wrc < 0) {
+		serve_reply_write_error(reply, -wrc, "write the run's result.json");
 		goto out;
 	}
 	kept = true;

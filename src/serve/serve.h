@@ -342,8 +342,6 @@ void serve_http_stop(struct serve_http *h);
 /* store.c */
 /* The urls of a kept run's outputs (/v1/runs/{id}/...), see serve_add_refs. */
 void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data);
-/* result.json, atomically, in the run's directory: 0, or -1 with errno. */
-int serve_write_result(int run_fd, const json_t *doc);
 /*
  * The kept run's result document for owner, with urls (and, with
  * inline_data, the small outputs' bytes), or NULL when it is gone.

@@ -267,28 +267,6 @@ void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool inline
 	serve_add_refs(doc, prefix, run_fd, inline_data);
 }
 
-/* result.json, atomically, in the run's directory: 0, or -1 with errno. */
-int serve_write_result(int run_fd, const json_t *doc)
-{
-	char *text = json_dumps(doc, JSON_INDENT(2));
-	size_t len;
-	int rc;
-
-	if (!text) {
-		errno = ENOMEM;
-		return -1;
-	}
-	len = strlen(text);
-	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
-	rc = fd_write_file_atomic(run_fd, "result.json", text, len + 1, 0644);
-	free(text);
-	if (rc < 0) {
-		errno = -rc;
-		return -1;
-	}
-	return 0;
-}
-
 /*
  * A run of another token than the first is marked with the sender's digest
  * in .owner (no GET route reaches a name outside files/ and images/);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fdio.h"
 #include "jsonx.h"
 #include "text.h"
 
@@ -566,4 +567,19 @@ json_t *jsonx_plain(const json_t *v)
 		return copy;
 	}
 	return json_deep_copy(v);
+}
+
+int jsonx_write_file(int dirfd, const char *name, const json_t *doc)
+{
+	char *text = json_dumps(doc, JSON_INDENT(2));
+	size_t len;
+	int rc;
+
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	text[len] = '\n'; /* in place of the NUL: the file ends with a newline */
+	rc = fd_write_file_atomic(dirfd, name, text, len + 1, 0644);
+	free(text);
+	return rc;
 }

@@ -70,4 +70,10 @@ json_t *jsonx_plain(const json_t *v);
 /* The shortest decimal text that reads back as d (finite d), e.g. "0.1". */
 void jsonx_double_text(char out[40], double d);
 
+/*
+ * doc as indented JSON ending in a newline, written atomically to name
+ * below dirfd (mode 0644; temp file and rename): 0 or -errno.
+ */
+int jsonx_write_file(int dirfd, const char *name, const json_t *doc);
+
 #endif
