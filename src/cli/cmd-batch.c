@@ -149,11 +149,9 @@ static bool batch_name_taken(const struct batch *b, size_t upto, const char *nam
 
 static char *batch_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-	struct buf b = BUF_INIT(BATCH_NOTEBOOK_MAX);
-	char chunk[65536];
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), rc;
 	struct stat st;
-	ssize_t n;
+	char *out = NULL;
 
 	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
 		close(fd);
@@ -165,20 +163,12 @@ static char *batch_read_file(const char *path, size_t *len, char *err, size_t er
 			 errno == EINVAL ? "not a regular file" : strerror(errno));
 		return NULL;
 	}
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
-			snprintf(err, errlen, "cannot read %s: %s", path,
-				 n < 0 ? strerror(errno) : "larger than 256 MiB");
-			close(fd);
-			buf_free(&b);
-			return NULL;
-		}
-	}
+	rc = fd_read_all(fd, BATCH_NOTEBOOK_MAX, &out, len);
 	close(fd);
-	*len = b.len;
-	return buf_steal(&b);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot read %s: %s", path,
+			 rc == -EFBIG ? "larger than 256 MiB" : strerror(-rc));
+	return out;
 }
 
 static const char *batch_first_error_line(const json_t *result)

@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "fdio.h"
 
 #define CODE_MAX (64u << 20)
 
@@ -71,29 +72,17 @@ static void run_progress(enum nbrun_phase phase, void *payload)
 
 static int read_all(char **out, size_t *len, const char *path)
 {
-	struct buf b = BUF_INIT(CODE_MAX);
-	char chunk[65536];
-	int fd = strcmp(path, "-") ? cli_open_input(path, "run") : 0;
-	ssize_t n;
-	int rc = 0;
+	int fd = strcmp(path, "-") ? cli_open_input(path, "run") : 0, rc;
 
+	*out = NULL;
 	if (fd < 0)
 		return -2; /* a usage error, said */
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
-			cli_error("cannot read %s: %s", path, n < 0 ? strerror(errno) : "larger than 64 MiB");
-			rc = -1;
-			break;
-		}
-	}
+	rc = fd_read_all(fd, CODE_MAX, out, len);
 	if (fd > 0)
 		close(fd);
-	*len = b.len;
-	*out = rc == 0 ? buf_steal(&b) : NULL;
-	buf_free(&b);
-	return *out ? 0 : -1;
+	if (rc < 0)
+		cli_error("cannot read %s: %s", path, rc == -EFBIG ? "larger than 64 MiB" : strerror(-rc));
+	return rc < 0 ? -1 : 0;
 }
 
 static bool ends_with(const char *s, const char *suffix)

@@ -20,6 +20,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "fdio.h"
 
 /* ---- the prompt ----------------------------------------------------------------------- */
 
@@ -133,36 +134,30 @@ static int session_cmd_get(void *s, const char *name, const char *dest)
 
 static int session_cmd_put(void *s, const char *file, const char *name)
 {
-	struct buf b = BUF_INIT(512u << 20);
-	char chunk[65536];
 	const char *base = strrchr(file, '/');
-	ssize_t n;
-	int fd = open(file, O_RDONLY | O_CLOEXEC), rc = 0;
+	char *data = NULL;
+	size_t len = 0;
+	int fd = open(file, O_RDONLY | O_CLOEXEC), rc;
 
 	if (fd < 0) {
 		cli_error("cannot read %s: %s", file, strerror(errno));
 		return -1;
 	}
-	while ((n = read(fd, chunk, sizeof(chunk))) > 0)
-		if (buf_append(&b, chunk, (size_t)n) < 0) {
-			rc = -1;
-			break;
-		}
+	rc = fd_read_all(fd, 512u << 20, &data, &len);
 	close(fd);
-	if (rc < 0 || n < 0) {
+	if (rc < 0) {
 		cli_error("cannot read %s (or it is over 512 MiB)", file);
-		buf_free(&b);
 		return -1;
 	}
 	if (!name)
 		name = base ? base + 1 : file;
-	if (ops->put(s, name, b.data ? b.data : "", b.len) < 0) {
+	if (ops->put(s, name, data, len) < 0) {
 		cli_error("%s", ops->errmsg(s));
 		rc = -1;
 	} else {
-		printf("put /mnt/data/%s (%zu bytes)\n", name, b.len);
+		printf("put /mnt/data/%s (%zu bytes)\n", name, len);
 	}
-	buf_free(&b);
+	free(data);
 	return rc;
 }
 

@@ -344,27 +344,15 @@ void remote_close(struct remote *r)
 
 static char *remote_read_input(const char *path, size_t *len, size_t max)
 {
-	struct buf b = BUF_INIT(max);
-	char chunk[65536];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
 	char *out = NULL;
 
 	if (fd < 0)
 		return NULL;
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0) {
-			errno = n < 0 ? errno : EFBIG;
-			goto out;
-		}
-	}
-	*len = b.len;
-	out = buf_steal(&b);
-out:
+	rc = fd_read_all(fd, max, &out, len);
 	close(fd);
-	buf_free(&b);
+	if (rc < 0)
+		errno = -rc;
 	return out;
 }
 

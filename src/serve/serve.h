@@ -405,5 +405,8 @@ int serve_listen_unix(const char *path);
  * Returns the fd or -errno (-EINVAL for a bad path).
  */
 int serve_open_below(int dirfd, const char *rel);
+/* The bytes of a regular file below dirfd (as serve_open_below), at most max;
+ * NUL-terminated, malloc'd. NULL when missing, unreadable or larger. */
+char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len);
 
 #endif

@@ -192,27 +192,16 @@ int serve_open_below(int dirfd, const char *rel)
 }
 
 /* The bytes of a regular file below dirfd, at most max. NULL when missing or larger. */
-static unsigned char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len)
+char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len)
 {
-	struct buf b = BUF_INIT(max);
-	char chunk[65536];
 	int fd = serve_open_below(dirfd, rel);
-	ssize_t n;
-	unsigned char *out = NULL;
+	char *out = NULL;
 
 	if (fd < 0)
 		return NULL;
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0)
-			goto out;
-	}
-	*len = b.len;
-	out = (unsigned char *)buf_steal(&b);
-out:
+	if (fd_read_all(fd, max, &out, len) < 0)
+		out = NULL;
 	close(fd);
-	buf_free(&b);
 	return out;
 }
 
@@ -245,8 +234,8 @@ void serve_add_refs(json_t *doc, const char *prefix, int run_fd, bool inline_dat
 			if (inline_data && bytes >= 0 && (uint64_t)bytes <= SERVE_INLINE_ONE &&
 			    (size_t)bytes <= budget) {
 				size_t len = 0;
-				unsigned char *data = serve_read_below(run_fd, path, SERVE_INLINE_ONE, &len);
-				char *b64 = data && len == (size_t)bytes ? wire_base64(data, len) : NULL;
+				char *data = serve_read_below(run_fd, path, SERVE_INLINE_ONE, &len);
+				char *b64 = data && len == (size_t)bytes ? wire_base64((const unsigned char *)data, len) : NULL;
 				if (b64) {
 					json_object_set_new(e, "content_base64", json_string(b64));
 					budget -= len;

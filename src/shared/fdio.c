@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "fdio.h"
 
 int fd_write_all(int fd, const void *buf, size_t len)
@@ -91,4 +92,28 @@ int fd_write_file_atomic(int dirfd, const char *name, const void *data, size_t l
 		return rc;
 	}
 	return fd_atomic_commit(&a);
+}
+
+int fd_read_all(int fd, size_t max, char **out, size_t *len)
+{
+	struct buf b = BUF_INIT(max);
+	char chunk[65536];
+	ssize_t n;
+	int rc = 0;
+
+	*out = NULL;
+	*len = 0;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		rc = n < 0 ? -errno : buf_append(&b, chunk, (size_t)n);
+		if (rc < 0) {
+			buf_free(&b);
+			return rc == -E2BIG ? -EFBIG : rc;
+		}
+	}
+	*len = b.len;
+	*out = buf_steal(&b);
+	buf_free(&b);
+	return *out ? 0 : -ENOMEM;
 }

@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/*
+ * Read fd to its end into *out (malloc'd, NUL-terminated; *len bytes without
+ * the NUL), at most max bytes. 0 or -errno: -EFBIG when there is more.
+ */
+int fd_read_all(int fd, size_t max, char **out, size_t *len);
+
 /* Write all of buf to fd. 0 or -errno. */
 int fd_write_all(int fd, const void *buf, size_t len);
 

@@ -26,6 +26,8 @@
 
 #include "unit-main.h"
 
+#include "fdio.h"
+#include "jsonx.h"
 #include "nbrun-private.h"
 
 /* ---- a jansson allocator that fails the Nth allocation -------------------------- */
@@ -296,6 +298,54 @@ static void atomic_replaces(void **state)
 	dir_remove(&d);
 }
 
+/* The shared JSON writer: indented, a final newline, nothing left beside it. */
+static void json_file_written_whole(void **state)
+{
+	struct dir d;
+	char names[256], text[64];
+	json_t *doc = json_pack("{s:i}", "a", 1);
+
+	dir_make(&d);
+	assert_int_equal(jsonx_write_file(d.fd, "result.json", doc), 0);
+	file_text(&d, "result.json", text, sizeof(text));
+	assert_string_equal(text, "{\n  \"a\": 1\n}\n");
+	dir_list(&d, names, sizeof(names));
+	assert_string_equal(names, "result.json");
+	json_decref(doc);
+	dir_remove(&d);
+}
+
+/* fd_read_all: the whole file, NUL-terminated; -EFBIG past its cap; empty is "". */
+static void read_all_caps(void **state)
+{
+	struct dir d;
+	char *out = NULL;
+	size_t len = 99;
+	int fd;
+
+	dir_make(&d);
+	assert_int_equal(fd_write_file_atomic(d.fd, "f", "hello", 5, 0644), 0);
+	assert_int_equal(fd_write_file_atomic(d.fd, "empty", "", 0, 0644), 0);
+	fd = openat(d.fd, "f", O_RDONLY);
+	assert_int_equal(fd_read_all(fd, 5, &out, &len), 0);
+	assert_int_equal(len, 5);
+	assert_string_equal(out, "hello");
+	free(out);
+	close(fd);
+	fd = openat(d.fd, "f", O_RDONLY);
+	assert_int_equal(fd_read_all(fd, 4, &out, &len), -EFBIG);
+	assert_null(out);
+	close(fd);
+	fd = openat(d.fd, "empty", O_RDONLY);
+	assert_int_equal(fd_read_all(fd, 4, &out, &len), 0);
+	assert_int_equal(len, 0);
+	assert_string_equal(out, "");
+	free(out);
+	close(fd);
+	assert_int_equal(fd_read_all(-1, 4, &out, &len), -EBADF);
+	dir_remove(&d);
+}
+
 /* A write that fails half-way leaves the old file whole and no temporary file. */
 static void atomic_failed_write_keeps_old(void **state)
 {
@@ -380,6 +430,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(skip_out_of_memory),
 		cmocka_unit_test(new_out_of_memory),
 		cmocka_unit_test(atomic_replaces),
+		cmocka_unit_test(json_file_written_whole),
+		cmocka_unit_test(read_all_caps),
 		cmocka_unit_test(atomic_failed_write_keeps_old),
 		cmocka_unit_test(result_write_failure),
 	};

@@ -84,31 +84,6 @@ static bool mime_textual(const char *mime)
 	       !strcmp(mime, "application/x-ipynb+json");
 }
 
-/* The bytes of a regular file below dirfd when it is at most max bytes; NULL otherwise. */
-char *mcp_read_below(int dirfd, const char *rel, size_t max, size_t *len)
-{
-	struct buf b = BUF_INIT(max);
-	char chunk[65536];
-	int fd = serve_open_below(dirfd, rel);
-	ssize_t n;
-	char *out = NULL;
-
-	if (fd < 0)
-		return NULL;
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 || buf_append(&b, chunk, (size_t)n) < 0)
-			goto out;
-	}
-	*len = b.len;
-	out = buf_steal(&b);
-out:
-	close(fd);
-	buf_free(&b);
-	return out;
-}
-
 static char *resource_uri(const char *run_id, const char *rel)
 {
 	char *enc = wire_url_path(rel), *uri = NULL;
@@ -146,7 +121,7 @@ void mcp_add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd
 	if (!uri)
 		return;
 	if (bytes >= 0 && (uint64_t)bytes <= MCP_EMBED_ONE && (size_t)bytes <= b->embed &&
-	    (data = mcp_read_below(run_fd, rel, MCP_EMBED_ONE, &len))) {
+	    (data = serve_read_below(run_fd, rel, MCP_EMBED_ONE, &len))) {
 		json_t *r = mcp_resource_contents(uri, mime, data, len);
 		if (r) {
 			json_array_append_new(content, json_pack("{s:s, s:o}", "type", "resource",
@@ -186,7 +161,7 @@ static void add_image(json_t *content, const struct mcp_call_ctx *cc, int run_fd
 		return;
 	}
 	if (bytes >= 0 && (uint64_t)bytes <= MCP_IMAGE_ONE && (size_t)bytes <= b->images &&
-	    (data = mcp_read_below(run_fd, path, MCP_IMAGE_ONE, &len)) &&
+	    (data = serve_read_below(run_fd, path, MCP_IMAGE_ONE, &len)) &&
 	    (b64 = wire_base64((const unsigned char *)data, len))) {
 		json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "image", "data",
 							  b64, "mimeType", mime));

@@ -621,7 +621,7 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 	run_fd = serve_open_run(cc->s, id, owner);
 	if (run_fd < 0)
 		return NULL;
-	data = mcp_read_below(run_fd, rel, MCP_RESOURCE_MAX, &len);
+	data = serve_read_below(run_fd, rel, MCP_RESOURCE_MAX, &len);
 	close(run_fd);
 	if (!data) {
 		snprintf(msg, msglen, "resource missing or larger than %u MiB: %.200s",
