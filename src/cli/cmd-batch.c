@@ -936,16 +936,9 @@ int cmd_batch(int argc, char **argv)
 	}
 	pthread_mutex_lock(&b.lock);
 	while (b.running || (b.next < b.n && !b.stop && !batch_interrupted)) {
-		struct timespec until;
 		if (b.tty)
 			batch_draw(&b, &lines);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 250 * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&b.changed, &b.lock, &until);
+		clock_cond_wait_ms(&b.changed, &b.lock, 250);
 	}
 	if (b.tty)
 		batch_draw(&b, &lines);

@@ -94,16 +94,7 @@ static struct nbrun__sandbox *pool_make(struct nbrun_pool *p, const struct pool_
 
 static void pool_sleep_ms(struct nbrun_pool *p, unsigned int ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&p->cond, &p->mu, &ts);
+	clock_cond_wait_ms(&p->cond, &p->mu, ms);
 }
 
 /* The next queue short of its size and not backing off, taken in turn so

@@ -22,14 +22,7 @@ void serve_wait_idle(struct serve *s, uint64_t ms)
 
 	pthread_mutex_lock(&s->lock);
 	while ((s->runs_active || s->posts_open) && clock_mono_ms() < until) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&s->idle, &s->lock, &ts);
+		clock_cond_wait_ms(&s->idle, &s->lock, 200);
 	}
 	pthread_mutex_unlock(&s->lock);
 }

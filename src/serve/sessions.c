@@ -118,7 +118,6 @@ static void *sess_reaper(void *arg)
 
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
-		struct timespec ts;
 		uint64_t now = clock_mono_ms();
 		struct serve_session *ss, *next, *gone = NULL;
 
@@ -144,11 +143,7 @@ static void *sess_reaper(void *arg)
 			pthread_mutex_lock(&t->mu);
 			continue;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)SESSION_REAP_MS * 1000000L;
-		ts.tv_sec += ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&t->cond, &t->mu, &ts);
+		clock_cond_wait_ms(&t->cond, &t->mu, SESSION_REAP_MS);
 	}
 	pthread_mutex_unlock(&t->mu);
 	return NULL;

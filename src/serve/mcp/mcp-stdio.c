@@ -185,14 +185,7 @@ void mcp_wait_idle(struct mcp_stdio *io, uint64_t ms)
 
 	pthread_mutex_lock(&io->lock);
 	while (io->workers && clock_mono_ms() < until) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&io->idle, &io->lock, &ts);
+		clock_cond_wait_ms(&io->idle, &io->lock, 200);
 	}
 	pthread_mutex_unlock(&io->lock);
 }
