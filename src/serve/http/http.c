@@ -413,6 +413,26 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 	return serve_send(c, &reply, method, url, sc);
 }
 
+/* A request whose body comes next: its state, counted as a post open until it is answered. */
+static enum MHD_Result serve_conn_begin(struct serve_http *h, void **con_cls, int tenant,
+					size_t max, bool mcp, bool sessions)
+{
+	struct serve_conn *sc = calloc(1, sizeof(*sc));
+
+	if (!sc)
+		return MHD_NO;
+	buf_init(&sc->body, max);
+	sc->mcp = mcp;
+	sc->sessions = sessions;
+	sc->tenant = tenant;
+	sc->t0 = clock_mono_ms();
+	*con_cls = sc;
+	pthread_mutex_lock(&h->s->lock);
+	h->s->posts_open++;
+	pthread_mutex_unlock(&h->s->lock);
+	return MHD_YES;
+}
+
 static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const char *url,
 				     const char *method, const char *version,
 				     const char *upload_data, size_t *upload_data_size,
@@ -503,18 +523,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
 				return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
 							method, url, NULL);
-			sc = calloc(1, sizeof(*sc));
-			if (!sc)
-				return MHD_NO;
-			buf_init(&sc->body, SERVE_BODY_MAX);
-			sc->sessions = true;
-			sc->tenant = tenant;
-			sc->t0 = clock_mono_ms();
-			*con_cls = sc;
-			pthread_mutex_lock(&h->s->lock);
-			h->s->posts_open++;
-			pthread_mutex_unlock(&h->s->lock);
-			return MHD_YES;
+			return serve_conn_begin(h, con_cls, tenant, SERVE_BODY_MAX, false, true);
 		}
 		r = serve_sessions_handle(h->s, c, tenant, method, url, NULL, 0, &status);
 		serve_access_log(c, method, url, status, NULL);
@@ -541,18 +550,9 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
 			return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
 						method, url, NULL);
-		sc = calloc(1, sizeof(*sc));
-		if (!sc)
-			return MHD_NO;
-		buf_init(&sc->body, route == ROUTE_MCP ? MCP_MESSAGE_MAX : SERVE_BODY_MAX);
-		sc->mcp = route == ROUTE_MCP;
-		sc->tenant = tenant;
-		sc->t0 = clock_mono_ms();
-		*con_cls = sc;
-		pthread_mutex_lock(&h->s->lock);
-		h->s->posts_open++;
-		pthread_mutex_unlock(&h->s->lock);
-		return MHD_YES;
+		return serve_conn_begin(h, con_cls, tenant,
+					route == ROUTE_MCP ? MCP_MESSAGE_MAX : SERVE_BODY_MAX,
+					route == ROUTE_MCP, false);
 	}
 	if (!get)
 		return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
