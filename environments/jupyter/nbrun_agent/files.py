@@ -125,6 +125,17 @@ def let_owner(name, dfd, need):
         os.close(fd)
 
 
+def open_below(root_fd, parts):
+    """parts below root_fd opened for reading, following no symbolic link
+    (OSError when one is in the way or the entry is gone)."""
+    parent = open_parent(root_fd, parts, False)
+    try:
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                       dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
 def open_data_root():
     """/mnt/data as uid 1000; a root the code locked (chmod 0) is opened again."""
     try:
@@ -317,12 +328,7 @@ def list_data(limit):
             if stat.S_ISREG(st.st_mode):
                 e["type"] = "file"
                 try:
-                    parent = open_parent(root, parts, False)
-                    try:
-                        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                                     | os.O_CLOEXEC, dir_fd=parent)
-                    finally:
-                        os.close(parent)
+                    fd = open_below(root, parts)
                     h = hashlib.sha256()
                     try:
                         while True:
@@ -408,12 +414,7 @@ def archive_chunks(entries):
                 continue
             left = info.size
             try:
-                parent = open_parent(root, parts, False)
-                try:
-                    fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                                 | os.O_CLOEXEC, dir_fd=parent)
-                finally:
-                    os.close(parent)
+                fd = open_below(root, parts)
                 try:
                     st = os.fstat(fd)
                     if (st.st_dev, st.st_ino) == ident and stat.S_ISREG(st.st_mode):
