@@ -21,6 +21,7 @@
  *   3  timeout or out of memory
  *   4  engine or image problem (the message says how to fix it)
  *   5  any other failure (unreadable notebook, local I/O, a run that broke)
+ * 130  interrupted (SIGINT): containers removed, a batch's report still written
  */
 enum cli_exit {
 	CLI_EXIT_OK = 0,
@@ -29,6 +30,7 @@ enum cli_exit {
 	CLI_EXIT_LIMIT = 3,
 	CLI_EXIT_ENGINE = 4,
 	CLI_EXIT_FAILED = 5,
+	CLI_EXIT_INTERRUPTED = 130,
 };
 
 struct cli_cmd {

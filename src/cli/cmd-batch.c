@@ -501,7 +501,7 @@ static void batch_draw(struct batch *b, size_t *lines_drawn)
 static int batch_exit_code(const struct batch *b)
 {
 	if (batch_interrupted && !b->fail_fast)
-		return 130;
+		return CLI_EXIT_INTERRUPTED;
 	if (b->engine_failed)
 		return CLI_EXIT_ENGINE;
 	if (b->counts[NBRUN_STATUS_TIMEOUT] || b->counts[NBRUN_STATUS_OOM])

@@ -35,7 +35,8 @@ static void usage(FILE *fp)
 		    "  2  usage error; nothing was started\n"
 		    "  3  timeout or out of memory\n"
 		    "  4  engine or image problem (the message says how to fix it)\n"
-		    "  5  any other failure\n");
+		    "  5  any other failure\n"
+		    "130  interrupted (SIGINT); containers removed\n");
 }
 
 void cli_error(const char *fmt, ...)

@@ -74,7 +74,7 @@ int cli_exit_for_error(int err)
 	case NBRUN_EINVAL: return CLI_EXIT_USAGE;
 	case NBRUN_EENGINE:
 	case NBRUN_ENOIMAGE: return CLI_EXIT_ENGINE;
-	case NBRUN_ECANCELLED: return 130;
+	case NBRUN_ECANCELLED: return CLI_EXIT_INTERRUPTED;
 	default: return CLI_EXIT_FAILED;
 	}
 }

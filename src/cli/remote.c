@@ -715,7 +715,7 @@ int cli_remote_run(const struct cli_remote *a)
 	if (cc != CURLE_OK) {
 		if (a->cancel && *a->cancel) {
 			cli_error("interrupted (the server finishes the run on its own)");
-			ret = 130;
+			ret = CLI_EXIT_INTERRUPTED;
 		} else {
 			cli_error("cannot reach the nbrun server at %s: %s", a->server, r->errbuf);
 			ret = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||

@@ -148,7 +148,7 @@ def render(page, width=80):
     return p.returncode, out, p.stderr
 
 
-def check_man(pages, nbrun):
+def check_man(pages, nbrun, src):
     built = {}
     for page in pages:
         name = os.path.basename(page)
@@ -184,6 +184,16 @@ def check_man(pages, nbrun):
         problem("'nbrun --help' lists no commands under 'Commands:'")
         return
     commands = [line.split()[0] for line in m.group(1).splitlines()]
+    # The exit codes: what --help lists is the table docs/cli.md and nbrun(1) keep.
+    e = re.search(r"^Exit codes:\n((?: *\d+ +\S.*\n)+)", p.stdout, re.M)
+    codes = [line.split()[0] for line in e.group(1).splitlines()] if e else []
+    if not codes:
+        problem("'nbrun --help' lists no exit codes")
+    cli_md = open(os.path.join(src, "docs", "cli.md"), encoding="utf-8").read()
+    table = set(re.findall(r"^\| `(\d+)` \|", cli_md, re.M))
+    if codes and set(codes) != table:
+        problem("exit codes of 'nbrun --help' (%s) and docs/cli.md's table (%s) differ"
+                % (" ".join(codes), " ".join(sorted(table, key=int))))
     for want in ["nbrun.1"] + ["nbrun-%s.1" % c for c in commands]:
         if want not in built:
             problem("no man page %s (docs/man/%s.scd) for a command of 'nbrun --help'"
@@ -204,7 +214,7 @@ def main():
     src = os.path.realpath(args.src)
     check_readme(src)
     links = check_links(src)
-    check_man(args.man, args.nbrun)
+    check_man(args.man, args.nbrun, src)
     if problems:
         print("check-docs: %d problem(s)" % len(problems))
         return 1
