@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the HTTP API of nbrun serve (src/cli/serve-*.c, mcp-http.c),
+ * Fuzz target: the HTTP API of nbrun serve (src/serve/http/, mcp/mcp-http.c),
  * request by request through the real handler: the server answers on a
  * unix socket of its scratch state directory, in this process, and each
  * request of the input is sent on its own connection. Nothing reaches an

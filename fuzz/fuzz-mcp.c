@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the MCP JSON-RPC dispatcher (src/cli/mcp.c and the tools of
- * mcp-tools.c and mcp-sessions.c) as `nbrun mcp` and POST /mcp drive it.
+ * Fuzz target: the MCP JSON-RPC dispatcher (src/serve/mcp/mcp.c and the tools of
+ * mcp-tools.c and mcp-session-tools.c) as `nbrun mcp` and POST /mcp drive it.
  * The input is what a client sends on stdio: one message a line (a
  * request, a notification, a response or a batch). The first byte picks
  * the protocol revision the client negotiates first (or none: the

@@ -103,7 +103,7 @@ struct serve {
 	struct nbrun_pool *pool;
 	/* The MCP server answering at /mcp (mcp.h); NULL: none. */
 	struct mcp_server *mcp;
-	/* Sessions (serve-session.c); their limits. */
+	/* Sessions (sessions.c); their limits. */
 	struct serve_sessions *sessions;
 	unsigned int max_sessions;
 	uint64_t session_idle_ms;     /* default idle timeout of a session */
@@ -114,14 +114,14 @@ struct serve {
 	size_t n_tenant_tokens;
 	/* This server's node (--node): the session ids it hands out name it. */
 	char node[WIRE_NODE_MAX + 1];
-	/* The nodes it forwards other nodes' sessions to (serve-forward.c); NULL: none. */
+	/* The nodes it forwards other nodes' sessions to (http/forward.c); NULL: none. */
 	struct serve_peers *peers;
 	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
 	const volatile sig_atomic_t *stopping;
 
 	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t idle;  /* signalled when runs_active drops, and when a keyed run ends */
-	/* The Idempotency-Keys of runs (serve-api.c): n_idem slots, free ones reused. */
+	/* The Idempotency-Keys of runs (idem.c): n_idem slots, free ones reused. */
 	struct serve_idem *idem;
 	size_t n_idem, idem_alloc;
 	uint64_t idem_seq;
@@ -164,55 +164,7 @@ struct serve_reply {
 	unsigned int retry_after; /* seconds, for 503; 0: no header */
 };
 
-/* serve-api.c */
-/* Parse and validate a POST /v1/runs body; files are written to a new temp dir below tmp_root. */
-int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
-			const char *body, size_t len, const char *tmp_root);
-void serve_request_free(struct serve_request *req);
-/*
- * Keep a POST /v1/runs' Idempotency-Key header (key; NULL: none) on req,
- * with a digest of the body it came with. 0, or -1 with a 400 in err.
- */
-int serve_request_key(struct serve_request *req, struct serve_reply *err, const char *key,
-		      const char *body, size_t len);
-/* Forget every Idempotency-Key (at exit). */
-void serve_idem_free(struct serve *s);
-/*
- * idem.c: the key of req (which has one) for this run. CLAIMED: *slot is
- * the key's (RUNNING), to be settled; ANSWERED: reply is filled (the run
- * the key started, once it ends; 422 for another body; 409 past its
- * deadline; 503 when the server stops).
- */
-enum serve_idem_claim { SERVE_IDEM_ANSWERED, SERVE_IDEM_CLAIMED };
-enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply, struct serve *s,
-				       const struct serve_request *req);
-/* The claimed key's run ended: kept as run_id (NULL: forgotten, a retry runs again). */
-void serve_idem_settle(struct serve *s, ssize_t slot, const char *run_id);
-/* Execute a parsed request and fill the reply (200 + result document, or an error). */
-void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
-/* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */
-void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id,
-			  const char *owner);
-/*
- * Open the kept run id for the token whose owner digest is owner (see
- * serve_request.owner): its directory fd, or -1 when it does not exist or
- * is another token's (the caller answers the same 404 for both).
- */
-int serve_open_run(struct serve *s, const char *id, const char *owner);
-/* The owner digest of tenant (index of the token): "" for the first token. */
-void serve_owner_hex(char out[65], const struct serve *s, int tenant);
-/* Mark the run directory run_fd as owner's (nothing for ""). 0 or -1 (errno set). */
-int serve_write_owner(int run_fd, const char *owner);
-void serve_api_health(struct serve_reply *reply, struct serve *s);
-/* Prometheus text; malloc'd. */
-char *serve_api_metrics(struct serve *s);
-/* {"error": msg}; takes a printf format. */
-void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
-		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* errors.c: the reply for the library's error rc (the context's message). */
-void serve_reply_lib_error(struct serve_reply *reply, int rc, const struct nbrun_ctx *ctx);
-/* Writing into the state directory failed with err (what: "write X"): 507 when full, else 500. */
-void serve_reply_write_error(struct serve_reply *reply, int err, const char *what);
+/* server.c */
 /*
  * Find the server's languages (s->languages) from its image; when the
  * engine cannot say, Python only, with a warning naming who (prog) warns.
@@ -226,7 +178,6 @@ int serve_languages_init(struct serve *s, const char *prog);
 const char *serve_language(const struct serve *s, const char *name, char *why, size_t len);
 /* The server's languages joined by ", " (for a message), into buf. */
 const char *serve_languages_list(const struct serve *s, char *buf, size_t len);
-
 /*
  * --pool of serve and mcp: warm sandboxes per language ("N" is Python's,
  * "LANG=N" another's; the last given for a language wins), checked against
@@ -250,96 +201,42 @@ int serve_pool_check(struct serve_pool_args *a, struct serve *s, const char *pro
 /* Point po at the languages of a (checked) and at the run limits ro. */
 void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_args *a,
 			const struct nbrun_run_options *ro);
+/* Wait at most ms for the runs and posts of s to end. */
+void serve_wait_idle(struct serve *s, uint64_t ms);
+/* Start the warm pool of s from pa (checked): 0, or -1 (message logged). */
+int serve_start_pool(struct serve *s, const struct serve_pool_args *pa);
+/*
+ * The engine before anything is made: 0 when it answers; else -1 with one
+ * line logged saying why (the caller exits 4, as a run would). What killed
+ * runs and servers of this host left is removed here.
+ */
+int serve_check_engine(void);
+/*
+ * nbrun mcp's state: dir when given (kept), else a private temporary
+ * directory (*temp set; mcp_remove_state() removes it). 0 or -1 (logged).
+ */
+int mcp_open_state(struct serve *s, const char *dir, bool *temp);
+void mcp_remove_state(struct serve *s);
+/* nbrun mcp's warm pool; a failure is logged and the server goes on cold. */
+void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa);
+
+/* store.c */
+/*
+ * Open the kept run id for the token whose owner digest is owner (see
+ * serve_request.owner): its directory fd, or -1 when it does not exist or
+ * is another token's (the caller answers the same 404 for both).
+ */
+int serve_open_run(struct serve *s, const char *id, const char *owner);
+/* The owner digest of tenant (index of the token): "" for the first token. */
+void serve_owner_hex(char out[65], const struct serve *s, int tenant);
+/* Mark the run directory run_fd as owner's (nothing for ""). 0 or -1 (errno set). */
+int serve_write_owner(int run_fd, const char *owner);
 /*
  * Add "url" (prefix/PATH) to each image and file entry of a result
  * document, and "content_base64" when inline_data and the bytes fit the
  * caps; dir_fd is the directory the paths are relative to.
  */
 void serve_add_refs(json_t *doc, const char *prefix, int dir_fd, bool inline_data);
-
-/* serve-exec.c */
-/*
- * The one place a run is executed: cold today, from the warm pool when
- * s->pool is set. Counts the run in the metrics. Returns what the library
- * returned; *out receives the result when 0.
- */
-int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
-		  const struct serve_request *req, const struct nbrun_run_options *opts);
-/* Upper bounds ("le") of the duration histogram's buckets, SERVE_BUCKETS of them. */
-const double *serve_buckets(void);
-
-/* serve-session.c */
-#define SERVE_DEFAULT_MAX_SESSIONS 16
-#define SERVE_DEFAULT_SESSION_IDLE_MS (600u * 1000u)
-#define SERVE_DEFAULT_SESSION_LIFE_MS (3600u * 1000u)
-struct MHD_Connection;
-struct MHD_Response;
-/* The session table and its reaper (idle timeout, lifetime). 0 or -1 (message printed). */
-int serve_sessions_start(struct serve *s);
-/* Interrupt every running execution (shutdown). */
-void serve_sessions_interrupt_all(struct serve *s);
-/* Close every session and stop the reaper; NULL table is fine. */
-void serve_sessions_stop(struct serve *s);
-/* True when url is under /v1/sessions. */
-bool serve_sessions_route(const char *url);
-/* True when the request to url has a body to collect first (POST, PUT). */
-bool serve_sessions_wants_body(const char *method);
-/*
- * Answer one request under /v1/sessions for tenant (the index of the
- * token): the response (content type set) and its status.
- */
-struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connection *c, int tenant,
-					   const char *method, const char *url, const char *body,
-					   size_t len, unsigned int *status);
-/*
- * POST /v1/runs with Accept: application/x-ndjson: the run executes in a
- * thread of its own and its events stream out, one JSON object a line, the
- * result document (or an error) last. A client that goes away cancels it.
- */
-struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
-				      struct serve_request *req, unsigned int *status);
-/* True when the request asks for an NDJSON stream. */
-bool serve_wants_ndjson(struct MHD_Connection *c);
-/* A JSON error {"error": one line, "kind": kind} with code; its status in *status. */
-struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
-					  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* serve-forward.c */
-struct serve_peers;
-/* s->node from name, or this host's name when NULL. 0 or -1 (usage message printed). */
-int serve_node_init(struct serve *s, const char *name);
-/* --peer NAME=http://HOST:PORT. 0 or -1 (usage message printed). */
-int serve_peer_add(struct serve *s, const char *spec);
-/* --peers-dns HOST:PORT: every address of HOST is a peer, named by its /v1/health. */
-int serve_peers_dns(struct serve *s, const char *hostport);
-void serve_peers_free(struct serve *s);
-/* True when the request came forwarded from another node. */
-bool serve_forwarded(struct MHD_Connection *c);
-/*
- * Forward a request for session id (NODE~...) to its node, a peer: 0 with
- * the relayed reply in *out (NULL: the client went away; close the
- * connection), or -ENOENT when id names no peer (no connection made; the
- * caller answers its 404).
- */
-int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connection *c,
-		  const char *id, const char *method, const char *url, const char *body, size_t len,
-		  unsigned int *status);
-/*
- * Add the sessions of every peer that the token of c sees to the array
- * sessions; the peers that did not answer, by name (a new array).
- */
-json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *sessions);
-
-/* serve-http.c */
-struct serve_http;
-/* Start answering on the listening socket fd (taken over). NULL on failure (message printed). */
-struct serve_http *serve_http_start(struct serve *s, int listen_fd);
-/* Stop accepting connections (the listening socket is closed). */
-void serve_http_quiesce(struct serve_http *h);
-/* Close every connection and stop. */
-void serve_http_stop(struct serve_http *h);
-
-/* store.c */
 /* The urls of a kept run's outputs (/v1/runs/{id}/...), see serve_add_refs. */
 void serve_add_run_refs(json_t *doc, const char *run_id, int run_fd, bool inline_data);
 /*
@@ -360,6 +257,15 @@ int serve_open_state(struct serve *s, const char *dir);
  * pending run directories and uploaded files.
  */
 void serve_janitor(struct serve *s, bool startup);
+/*
+ * Open a regular file at rel (a relative path of safe components: no "",
+ * ".", "..", control characters) below dirfd, following no symlink.
+ * Returns the fd or -errno (-EINVAL for a bad path).
+ */
+int serve_open_below(int dirfd, const char *rel);
+/* The bytes of a regular file below dirfd (as serve_open_below), at most max;
+ * NUL-terminated, malloc'd. NULL when missing, unreadable or larger. */
+char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len);
 
 /* auth.c */
 /*
@@ -370,25 +276,84 @@ int serve_read_token(struct serve *s, const char *path);
 /* A token made for s: 32 random bytes as hex, written 0600 to STATE/token. 0 or -1 (logged). */
 int serve_make_token(struct serve *s);
 
-/* server.c */
-/* Wait at most ms for the runs and posts of s to end. */
-void serve_wait_idle(struct serve *s, uint64_t ms);
-/* Start the warm pool of s from pa (checked): 0, or -1 (message logged). */
-int serve_start_pool(struct serve *s, const struct serve_pool_args *pa);
+/* runs.c */
+/* Parse and validate a POST /v1/runs body; files are written to a new temp dir below tmp_root. */
+int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
+			const char *body, size_t len, const char *tmp_root);
+void serve_request_free(struct serve_request *req);
+/* Execute a parsed request and fill the reply (200 + result document, or an error). */
+void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
+/* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */
+void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id,
+			  const char *owner);
+
+/* execute.c */
 /*
- * The engine before anything is made: 0 when it answers; else -1 with one
- * line logged saying why (the caller exits 4, as a run would). What killed
- * runs and servers of this host left is removed here.
+ * The one place a run is executed: cold, or from the warm pool when
+ * s->pool is set. Counts the run in the metrics. Returns what the library
+ * returned; *out receives the result when 0.
  */
-int serve_check_engine(void);
+int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
+		  const struct serve_request *req, const struct nbrun_run_options *opts);
+/* Upper bounds ("le") of the duration histogram's buckets, SERVE_BUCKETS of them. */
+const double *serve_buckets(void);
+
+/* idem.c */
 /*
- * nbrun mcp's state: dir when given (kept), else a private temporary
- * directory (*temp set; mcp_remove_state() removes it). 0 or -1 (logged).
+ * Keep a POST /v1/runs' Idempotency-Key header (key; NULL: none) on req,
+ * with a digest of the body it came with. 0, or -1 with a 400 in err.
  */
-int mcp_open_state(struct serve *s, const char *dir, bool *temp);
-void mcp_remove_state(struct serve *s);
-/* nbrun mcp's warm pool; a failure is logged and the server goes on cold. */
-void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa);
+int serve_request_key(struct serve_request *req, struct serve_reply *err, const char *key,
+		      const char *body, size_t len);
+/* Forget every Idempotency-Key (at exit). */
+void serve_idem_free(struct serve *s);
+/*
+ * The key of req (which has one) for this run. CLAIMED: *slot is
+ * the key's (RUNNING), to be settled; ANSWERED: reply is filled (the run
+ * the key started, once it ends; 422 for another body; 409 past its
+ * deadline; 503 when the server stops).
+ */
+enum serve_idem_claim { SERVE_IDEM_ANSWERED, SERVE_IDEM_CLAIMED };
+enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply, struct serve *s,
+				       const struct serve_request *req);
+/* The claimed key's run ended: kept as run_id (NULL: forgotten, a retry runs again). */
+void serve_idem_settle(struct serve *s, ssize_t slot, const char *run_id);
+
+/* errors.c */
+/* {"error": msg}; takes a printf format. */
+void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The reply for the library's error rc (the context's message). */
+void serve_reply_lib_error(struct serve_reply *reply, int rc, const struct nbrun_ctx *ctx);
+/* Writing into the state directory failed with err (what: "write X"): 507 when full, else 500. */
+void serve_reply_write_error(struct serve_reply *reply, int err, const char *what);
+
+/* metrics.c */
+void serve_api_health(struct serve_reply *reply, struct serve *s);
+/* Prometheus text; malloc'd. */
+char *serve_api_metrics(struct serve *s);
+
+/* sessions.c */
+#define SERVE_DEFAULT_MAX_SESSIONS 16
+#define SERVE_DEFAULT_SESSION_IDLE_MS (600u * 1000u)
+#define SERVE_DEFAULT_SESSION_LIFE_MS (3600u * 1000u)
+struct MHD_Connection;
+struct MHD_Response;
+/* The session table and its reaper (idle timeout, lifetime). 0 or -1 (message logged). */
+int serve_sessions_start(struct serve *s);
+/* Interrupt every running execution (shutdown). */
+void serve_sessions_interrupt_all(struct serve *s);
+/* Close every session and stop the reaper; NULL table is fine. */
+void serve_sessions_stop(struct serve *s);
+
+/* http/http.c */
+struct serve_http;
+/* Start answering on the listening socket fd (taken over). NULL on failure (message logged). */
+struct serve_http *serve_http_start(struct serve *s, int listen_fd);
+/* Stop accepting connections (the listening socket is closed). */
+void serve_http_quiesce(struct serve_http *h);
+/* Close every connection and stop. */
+void serve_http_stop(struct serve_http *h);
 
 /* http/listen.c */
 /*
@@ -399,14 +364,60 @@ void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa);
 int serve_listen_tcp(const char *spec, bool have_token);
 /* A listening unix socket at path (mode 0600). The fd, or -1 (logged). */
 int serve_listen_unix(const char *path);
+
+/* http/reply.c */
+/* A JSON error {"error": one line, "kind": kind} with code; its status in *status. */
+struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
+					  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* http/stream.c */
 /*
- * Open a regular file at rel (a relative path of safe components: no "",
- * ".", "..", control characters) below dirfd, following no symlink.
- * Returns the fd or -errno (-EINVAL for a bad path).
+ * POST /v1/runs with Accept: application/x-ndjson: the run executes in a
+ * thread of its own and its events stream out, one JSON object a line, the
+ * result document (or an error) last. A client that goes away cancels it.
  */
-int serve_open_below(int dirfd, const char *rel);
-/* The bytes of a regular file below dirfd (as serve_open_below), at most max;
- * NUL-terminated, malloc'd. NULL when missing, unreadable or larger. */
-char *serve_read_below(int dirfd, const char *rel, size_t max, size_t *len);
+struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
+				      struct serve_request *req, unsigned int *status);
+/* True when the request asks for an NDJSON stream. */
+bool serve_wants_ndjson(struct MHD_Connection *c);
+
+/* http/http-sessions.c */
+/* True when url is under /v1/sessions. */
+bool serve_sessions_route(const char *url);
+/* True when the request to url has a body to collect first (POST, PUT). */
+bool serve_sessions_wants_body(const char *method);
+/*
+ * Answer one request under /v1/sessions for tenant (the index of the
+ * token): the response (content type set) and its status.
+ */
+struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connection *c, int tenant,
+					   const char *method, const char *url, const char *body,
+					   size_t len, unsigned int *status);
+
+/* http/forward.c */
+struct serve_peers;
+/* s->node from name, or this host's name when NULL. 0 or -1 (usage message logged). */
+int serve_node_init(struct serve *s, const char *name);
+/* --peer NAME=http://HOST:PORT. 0 or -1 (usage message logged). */
+int serve_peer_add(struct serve *s, const char *spec);
+/* --peers-dns HOST:PORT: every address of HOST is a peer, named by its /v1/health. */
+int serve_peers_dns(struct serve *s, const char *hostport);
+void serve_peers_free(struct serve *s);
+/* True when the request came forwarded from another node. */
+bool serve_forwarded(struct MHD_Connection *c);
+/*
+ * Forward a request for session id (NODE~...) to its node, a peer: 0 with
+ * the relayed reply in *out (NULL: the client went away; close the
+ * connection), or -ENOENT when id names no peer (no connection made; the
+ * caller answers its 404).
+ */
+int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connection *c,
+		  const char *id, const char *method, const char *url, const char *body, size_t len,
+		  unsigned int *status);
+/*
+ * Add the sessions of every peer that the token of c sees to the array
+ * sessions; the peers that did not answer, by name (a new array).
+ */
+json_t *serve_forward_list(struct serve *s, struct MHD_Connection *c, json_t *sessions);
 
 #endif
