@@ -1,19 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* nbrun serve: options, state directory, token, listening socket, retention and shutdown. */
-#include <arpa/inet.h>
-#include <dirent.h>
+/* nbrun serve: its options and help, then the server (src/serve) started, run and stopped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* nbrun serve: the JSON API: request validation, running, result documents with urls. */
+/* Runs: a request parsed and validated, admitted, executed and kept as a run directory; a kept result read back. */
 #include <b64/cdecode.h>
 #include <b64/cencode.h>
 #include <ctype.h>
@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include "buf.h"
 #include "clock.h"
