@@ -54,13 +54,13 @@ int serve_request_key(struct serve_request *req, struct serve_reply *err, const 
 		if (!serve_idem_char((unsigned char)key[i]))
 			n = 0;
 	if (n == 0 || n > WIRE_IDEM_KEY_MAX) {
-		serve_reply_error(err, 400, "request",
+		serve_reply_error(err, SERVE_E_REQUEST,
 				  "Idempotency-Key: want 1 to %d characters of A-Z a-z 0-9 . _ : / -",
 				  WIRE_IDEM_KEY_MAX);
 		return -1;
 	}
 	if (EVP_Digest(body, len, req->idem_body, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32) {
-		serve_reply_error(err, 500, "internal", "cannot digest the request");
+		serve_reply_error(err, SERVE_E_INTERNAL, "cannot digest the request");
 		return -1;
 	}
 	memcpy(req->idem_key, key, n + 1);
@@ -158,7 +158,7 @@ enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply,
 	ssize_t i;
 
 	if (serve_idem_digest(key, req) < 0) {
-		serve_reply_error(reply, 500, "internal", "cannot digest the Idempotency-Key");
+		serve_reply_error(reply, SERVE_E_INTERNAL, "cannot digest the Idempotency-Key");
 		return SERVE_IDEM_ANSWERED;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -169,18 +169,18 @@ enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply,
 		if (i < 0)
 			break;
 		if (memcmp(s->idem[i].body, req->idem_body, 32)) {
-			serve_reply_error(reply, 422, "request",
+			serve_reply_error(reply, SERVE_E_KEY_REUSED,
 					  "Idempotency-Key %s was sent before with another request",
 					  req->idem_key);
 			goto answered;
 		}
 		if (s->idem[i].state == SERVE_IDEM_RUNNING) {
 			if (*s->stopping || (req->cancel && *req->cancel)) {
-				serve_reply_error(reply, 503, "stopping", "the server is shutting down");
+				serve_reply_error(reply, SERVE_E_STOPPING, "the server is shutting down");
 				goto answered;
 			}
 			if (clock_mono_ms() >= s->idem[i].deadline_ms) {
-				serve_reply_error(reply, 409, "busy",
+				serve_reply_error(reply, SERVE_E_CONFLICT,
 						  "the run of Idempotency-Key %s is still executing",
 						  req->idem_key);
 				reply->retry_after = 5;
@@ -193,7 +193,7 @@ enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply,
 		pthread_mutex_unlock(&s->lock);
 		doc = serve_load_result(s, run_id, req->owner, true);
 		if (doc) {
-			reply->status = 200;
+			reply->kind = SERVE_OK;
 			reply->body = doc;
 			return SERVE_IDEM_ANSWERED;
 		}
@@ -205,7 +205,7 @@ enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply,
 	}
 	i = serve_idem_slot(s);
 	if (i < 0) {
-		serve_reply_error(reply, 503, "busy", "%d Idempotency-Keys are in use", SERVE_IDEM_MAX);
+		serve_reply_error(reply, SERVE_E_BUSY, "%d Idempotency-Keys are in use", SERVE_IDEM_MAX);
 		reply->retry_after = 5;
 		goto answered;
 	}

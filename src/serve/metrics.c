@@ -42,7 +42,7 @@ void serve_api_health(struct serve_reply *reply, struct serve *s)
 		nbrun_pool_stats(&ps, s->pool);
 		nbrun_pool_last_error(why, sizeof(why), s->pool);
 	}
-	reply->status = 200;
+	reply->kind = SERVE_OK;
 	/* The pool's last start failure says what is wrong with the engine or
 	 * image; it holds no secret. */
 	/* "node": which node answered; --peers-dns learns the node names of addresses from it. */

@@ -61,7 +61,7 @@ static int serve_write_file(int dirfd, const char *name, const char *b64, size_t
 	int fd = -1, rc = -1;
 
 	if (!data) {
-		serve_reply_error(err, 500, "internal", "out of memory");
+		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	base64_init_decodestate(&st);
@@ -69,9 +69,9 @@ static int serve_write_file(int dirfd, const char *name, const char *b64, size_t
 	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		if (errno == EEXIST)
-			serve_reply_error(err, 400, "request", "files: '%s' is given twice", name);
+			serve_reply_error(err, SERVE_E_REQUEST, "files: '%s' is given twice", name);
 		else
-			serve_reply_error(err, 500, "internal", "cannot write an input file: %s",
+			serve_reply_error(err, SERVE_E_INTERNAL, "cannot write an input file: %s",
 					  strerror(errno));
 		goto out;
 	}
@@ -80,7 +80,7 @@ static int serve_write_file(int dirfd, const char *name, const char *b64, size_t
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			serve_reply_error(err, 500, "internal", "cannot write an input file: %s",
+			serve_reply_error(err, SERVE_E_INTERNAL, "cannot write an input file: %s",
 					  strerror(errno));
 			goto out;
 		}
@@ -103,7 +103,7 @@ static int serve_parse_files(struct serve_request *req, struct serve_reply *err,
 	int dfd = -1, rc = -1;
 
 	if (!json_is_array(files) || json_array_size(files) > SERVE_MAX_FILES) {
-		serve_reply_error(err, 400, "request", "files: want a list of at most %d objects",
+		serve_reply_error(err, SERVE_E_REQUEST, "files: want a list of at most %d objects",
 				  SERVE_MAX_FILES);
 		return -1;
 	}
@@ -112,12 +112,12 @@ static int serve_parse_files(struct serve_request *req, struct serve_reply *err,
 	snprintf(tmpl, sizeof(tmpl), "%s/req-XXXXXX", tmp_root);
 	req->files = calloc(json_array_size(files), sizeof(*req->files));
 	if (!req->files || !mkdtemp(tmpl) || !(req->tmp_dir = strdup(tmpl))) {
-		serve_reply_error(err, 500, "internal", "cannot make a directory for the files");
+		serve_reply_error(err, SERVE_E_INTERNAL, "cannot make a directory for the files");
 		return -1;
 	}
 	dfd = open(req->tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
-		serve_reply_error(err, 500, "internal", "cannot open %s", req->tmp_dir);
+		serve_reply_error(err, SERVE_E_INTERNAL, "cannot open %s", req->tmp_dir);
 		goto out;
 	}
 	json_array_foreach(files, i, f) {
@@ -125,28 +125,28 @@ static int serve_parse_files(struct serve_request *req, struct serve_reply *err,
 		json_t *v;
 
 		if (!json_is_object(f)) {
-			serve_reply_error(err, 400, "request", "files[%zu]: not an object", i);
+			serve_reply_error(err, SERVE_E_REQUEST, "files[%zu]: not an object", i);
 			goto out;
 		}
 		json_object_foreach(f, key, v)
 			if (strcmp(key, "path") && strcmp(key, "content_base64")) {
-				serve_reply_error(err, 400, "request", "files[%zu]: unknown key '%.64s'", i, key);
+				serve_reply_error(err, SERVE_E_REQUEST, "files[%zu]: unknown key '%.64s'", i, key);
 				goto out;
 			}
 		path = json_string_value(json_object_get(f, "path"));
 		b64 = json_string_value(json_object_get(f, "content_base64"));
 		if (!path || !b64) {
-			serve_reply_error(err, 400, "request",
+			serve_reply_error(err, SERVE_E_REQUEST,
 					  "files[%zu]: want {\"path\": NAME, \"content_base64\": DATA}", i);
 			goto out;
 		}
 		if (!wire_name_safe(path, json_string_length(json_object_get(f, "path")))) {
-			serve_reply_error(err, 400, "request",
+			serve_reply_error(err, SERVE_E_REQUEST,
 					  "files[%zu]: path must be one plain name (no '/', '..', control characters)", i);
 			goto out;
 		}
 		if (!wire_base64_valid(b64, json_string_length(json_object_get(f, "content_base64")))) {
-			serve_reply_error(err, 400, "request", "files[%zu]: content_base64 is not valid base64", i);
+			serve_reply_error(err, SERVE_E_REQUEST, "files[%zu]: content_base64 is not valid base64", i);
 			goto out;
 		}
 		if (serve_write_file(dfd, path, b64, json_string_length(json_object_get(f, "content_base64")),
@@ -154,7 +154,7 @@ static int serve_parse_files(struct serve_request *req, struct serve_reply *err,
 			goto out;
 		if (asprintf(&req->files[i], "%s/%s", req->tmp_dir, path) < 0) {
 			req->files[i] = NULL;
-			serve_reply_error(err, 500, "internal", "out of memory");
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 			goto out;
 		}
 		req->file_count = i + 1;
@@ -184,24 +184,24 @@ static int serve_parse_env(struct serve_request *req, struct serve_reply *err, j
 	json_t *v;
 
 	if (!json_is_object(env) || json_object_size(env) > SERVE_MAX_ENV) {
-		serve_reply_error(err, 400, "request", "env: want an object of at most %d strings",
+		serve_reply_error(err, SERVE_E_REQUEST, "env: want an object of at most %d strings",
 				  SERVE_MAX_ENV);
 		return -1;
 	}
 	req->env = calloc(total + 1, sizeof(*req->env));
 	if (!req->env) {
-		serve_reply_error(err, 500, "internal", "out of memory");
+		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 		return -1;
 	}
 	json_object_foreach(env, key, v) {
 		if (!serve_env_name_ok(key) || !json_is_string(v)) {
-			serve_reply_error(err, 400, "request",
+			serve_reply_error(err, SERVE_E_REQUEST,
 					  "env: '%.64s' must be a name ([A-Za-z_][A-Za-z0-9_]*) with a string value", key);
 			return -1;
 		}
 		if (asprintf(&req->env[n], "%s=%s", key, json_string_value(v)) < 0) {
 			req->env[n] = NULL;
-			serve_reply_error(err, 500, "internal", "out of memory");
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 			return -1;
 		}
 		req->env_count = ++n;
@@ -215,7 +215,7 @@ static int serve_parse_env(struct serve_request *req, struct serve_reply *err, j
 		if (json_object_get(env, name))
 			continue;
 		if (!(req->env[n] = strdup(kv))) {
-			serve_reply_error(err, 500, "internal", "out of memory");
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 			return -1;
 		}
 		req->env_count = ++n;
@@ -236,12 +236,12 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 	memset(req, 0, sizeof(*req));
 	doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!doc) {
-		serve_reply_error(err, 400, "request", "bad JSON: %s (line %d, column %d)", jerr.text,
+		serve_reply_error(err, SERVE_E_REQUEST, "bad JSON: %s (line %d, column %d)", jerr.text,
 				  jerr.line, jerr.column);
 		goto out;
 	}
 	if (!json_is_object(doc)) {
-		serve_reply_error(err, 400, "request", "the body must be a JSON object");
+		serve_reply_error(err, SERVE_E_REQUEST, "the body must be a JSON object");
 		goto out;
 	}
 	json_object_foreach(doc, key, v) {
@@ -249,54 +249,54 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 		for (i = 0; keys[i] && strcmp(keys[i], key); i++)
 			;
 		if (!keys[i]) {
-			serve_reply_error(err, 400, "request",
+			serve_reply_error(err, SERVE_E_REQUEST,
 					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout, language)", key);
 			goto out;
 		}
 	}
 	v = json_object_get(doc, "code");
 	if (!!v == !!json_object_get(doc, "notebook")) {
-		serve_reply_error(err, 400, "request", "give either \"code\" or \"notebook\"");
+		serve_reply_error(err, SERVE_E_REQUEST, "give either \"code\" or \"notebook\"");
 		goto out;
 	}
 	if (v) {
 		if (!json_is_string(v)) {
-			serve_reply_error(err, 400, "request", "code: want a string");
+			serve_reply_error(err, SERVE_E_REQUEST, "code: want a string");
 			goto out;
 		}
 		req->code = strdup(json_string_value(v));
 	} else {
 		v = json_object_get(doc, "notebook");
 		if (!json_is_object(v)) {
-			serve_reply_error(err, 400, "request", "notebook: want an nbformat 4 JSON object");
+			serve_reply_error(err, SERVE_E_REQUEST, "notebook: want an nbformat 4 JSON object");
 			goto out;
 		}
 		req->notebook = json_dumps(v, JSON_COMPACT);
 		req->notebook_len = req->notebook ? strlen(req->notebook) : 0;
 	}
 	if (!req->code && !req->notebook) {
-		serve_reply_error(err, 500, "internal", "out of memory");
+		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	v = json_object_get(doc, "parameters");
 	if (v) {
 		if (!req->notebook || !json_is_object(v)) {
-			serve_reply_error(err, 400, "request", "parameters: want an object, with \"notebook\"");
+			serve_reply_error(err, SERVE_E_REQUEST, "parameters: want an object, with \"notebook\"");
 			goto out;
 		}
 		if (!(req->params = json_dumps(v, JSON_COMPACT))) {
-			serve_reply_error(err, 500, "internal", "out of memory");
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 			goto out;
 		}
 	}
 	v = json_object_get(doc, "timeout");
 	if (v) {
 		if (!json_is_string(v) || units_parse_duration(&req->timeout_ms, json_string_value(v)) < 0) {
-			serve_reply_error(err, 400, "request", "timeout: want a positive duration such as \"60s\"");
+			serve_reply_error(err, SERVE_E_REQUEST, "timeout: want a positive duration such as \"60s\"");
 			goto out;
 		}
 		if (req->timeout_ms > s->opts.timeout_ms) {
-			serve_reply_error(err, 400, "request", "timeout: above this server's limit of %llu ms",
+			serve_reply_error(err, SERVE_E_REQUEST, "timeout: above this server's limit of %llu ms",
 					  (unsigned long long)s->opts.timeout_ms);
 			goto out;
 		}
@@ -305,12 +305,12 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 	if (v) {
 		char why[300];
 		if (!json_is_string(v)) {
-			serve_reply_error(err, 400, "request", "language: want a string such as \"python\"");
+			serve_reply_error(err, SERVE_E_REQUEST, "language: want a string such as \"python\"");
 			goto out;
 		}
 		req->language = serve_language(s, json_string_value(v), why, sizeof(why));
 		if (!req->language) {
-			serve_reply_error(err, 400, "language", "%s", why);
+			serve_reply_error(err, SERVE_E_LANGUAGE, "%s", why);
 			goto out;
 		}
 	}
@@ -338,9 +338,9 @@ static bool serve_reserve(struct serve *s, struct serve_reply *reply)
 
 	pthread_mutex_lock(&s->lock);
 	if (*s->stopping) {
-		serve_reply_error(reply, 503, "stopping", "the server is shutting down");
+		serve_reply_error(reply, SERVE_E_STOPPING, "the server is shutting down");
 	} else if (s->runs_active >= s->max_runs) {
-		serve_reply_error(reply, 503, "busy", "%u runs are executing, the most this server runs at once",
+		serve_reply_error(reply, SERVE_E_BUSY, "%u runs are executing, the most this server runs at once",
 				  s->runs_active);
 		reply->retry_after = 5;
 	} else {
@@ -401,25 +401,25 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 			opts.cell_timeout_ms = 0;
 	}
 	if (nbrun_ctx_new(&ctx) < 0) {
-		serve_reply_error(reply, 500, "internal", "out of memory");
+		serve_reply_error(reply, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	rc = serve_execute(&res, ctx, s, req, &opts);
 	serve_release(s);
 	reserved = false;
 	if (rc < 0) {
-		serve_reply_lib_error(reply, rc, ctx);
+		serve_reply_lib_error(reply, rc, nbrun_ctx_errmsg(ctx), "the run");
 		serve_rm_tree(s->runs_fd, strrchr(out_dir, '/') + 1);
 		goto out;
 	}
 	run_id = nbrun_result_run_id(res);
 	if (nbrun_result_to_json(&text, res, 0) < 0 || !(doc = json_loads(text, 0, NULL))) {
-		serve_reply_error(reply, 500, "internal", "out of memory");
+		serve_reply_error(reply, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	if (!wire_run_id_valid(run_id) ||
 	    renameat(s->runs_fd, strrchr(out_dir, '/') + 1, s->runs_fd, run_id) < 0) {
-		serve_reply_error(reply, 500, "internal", "cannot keep the run's outputs: %s",
+		serve_reply_error(reply, SERVE_E_INTERNAL, "cannot keep the run's outputs: %s",
 				  strerror(errno));
 		serve_rm_tree(s->runs_fd, strrchr(out_dir, '/') + 1);
 		goto out;
@@ -428,13 +428,13 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	out_dir = NULL;
 	run_fd = openat(s->runs_fd, run_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (run_fd < 0 || serve_write_owner(run_fd, req->owner) < 0) {
-		serve_reply_error(reply, 500, "internal", "cannot keep the run's outputs: %s",
+		serve_reply_error(reply, SERVE_E_INTERNAL, "cannot keep the run's outputs: %s",
 				  strerror(errno));
 		goto out;
 	}
 	if (asprintf(&out_dir, "%s/%s", s->runs_dir, run_id) < 0) {
 		out_dir = NULL;
-		serve_reply_error(reply, 500, "internal", "out of memory");
+		serve_reply_error(reply, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	json_object_set_new(doc, "out_dir", json_string(out_dir));
@@ -448,7 +448,7 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 	}
 	kept = true;
 	serve_add_run_refs(doc, run_id, run_fd, true);
-	reply->status = 200;
+	reply->kind = SERVE_OK;
 	reply->body = doc;
 	doc = NULL;
 out:
@@ -473,9 +473,9 @@ void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char
 	json_t *doc = serve_load_result(s, run_id, owner, false);
 
 	if (!doc) {
-		serve_reply_error(reply, 404, "not_found", "no run %.64s", run_id);
+		serve_reply_error(reply, SERVE_E_NOT_FOUND, "no run %.64s", run_id);
 		return;
 	}
-	reply->status = 200;
+	reply->kind = SERVE_OK;
 	reply->body = doc;
 }

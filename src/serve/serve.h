@@ -157,12 +157,49 @@ struct serve_request {
 	unsigned char idem_body[32];
 };
 
-/* HTTP-ish outcome of an API call: status code and a JSON body. */
-struct serve_reply {
-	unsigned int status;
-	json_t *body;
-	unsigned int retry_after; /* seconds, for 503; 0: no header */
+/*
+ * What went wrong, as the core says it: a kind, never an HTTP status. The
+ * one map from kinds to HTTP statuses, to the "kind" of a JSON error body
+ * and to JSON-RPC error codes is in errors.c.
+ */
+enum serve_kind {
+	SERVE_OK = 0,
+	SERVE_E_REQUEST,          /* 400 request: the request makes no sense */
+	SERVE_E_LANGUAGE,         /* 400 language: a language this server does not run */
+	SERVE_E_AUTH,             /* 401 auth: no token, or a wrong one */
+	SERVE_E_NOT_FOUND,        /* 404 not_found: no such run, session, output or file */
+	SERVE_E_METHOD,           /* 405 method */
+	SERVE_E_CONFLICT,         /* 409 busy: another request holds the session or key */
+	SERVE_E_KERNEL_DEAD,      /* 409 kernel_dead: the session's kernel died */
+	SERVE_E_TOO_LARGE,        /* 413 too_large: the body */
+	SERVE_E_KEY_REUSED,       /* 422 request: an Idempotency-Key sent with another body */
+	SERVE_E_RATE_LIMITED,     /* 429 auth: too many wrong tokens */
+	SERVE_E_HEADERS_TOO_LARGE, /* 431 too_large */
+	SERVE_E_INTERNAL,         /* 500 internal */
+	SERVE_E_ENGINE,           /* 502 engine: the engine is down or refused */
+	SERVE_E_FORWARD,          /* 502 forward: a peer did not answer */
+	SERVE_E_NODE_GONE,        /* 502 node_gone: the session's node is not there */
+	SERVE_E_BUSY,             /* 503 busy: at a limit; retry later */
+	SERVE_E_STOPPING,         /* 503 stopping: the server is shutting down */
+	SERVE_E_STORAGE,          /* 507 storage: the state directory is full */
+	SERVE_KIND_COUNT,
 };
+
+/* JSON-RPC 2.0 error codes, and MCP's for a resource (the MCP door answers them). */
+#define MCP_PARSE_ERROR (-32700)
+#define MCP_INVALID_REQUEST (-32600)
+#define MCP_METHOD_NOT_FOUND (-32601)
+#define MCP_INVALID_PARAMS (-32602)
+#define MCP_INTERNAL_ERROR (-32603)
+#define MCP_RESOURCE_NOT_FOUND (-32002)
+
+/* What a core call answers: a kind (SERVE_OK: body is its answer) and a JSON body. */
+struct serve_reply {
+	enum serve_kind kind;
+	json_t *body;
+	unsigned int retry_after; /* seconds, for SERVE_E_BUSY; 0: no header */
+};
+#define SERVE_REPLY_INIT { SERVE_OK, NULL, 0 }
 
 /* server.c */
 /*
@@ -320,12 +357,21 @@ enum serve_idem_claim serve_idem_claim(ssize_t *slot, struct serve_reply *reply,
 void serve_idem_settle(struct serve *s, ssize_t slot, const char *run_id);
 
 /* errors.c */
-/* {"error": msg}; takes a printf format. */
-void serve_reply_error(struct serve_reply *r, unsigned int status, const char *kind,
-		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* The reply for the library's error rc (the context's message). */
-void serve_reply_lib_error(struct serve_reply *reply, int rc, const struct nbrun_ctx *ctx);
-/* Writing into the state directory failed with err (what: "write X"): 507 when full, else 500. */
+/* The HTTP status of kind (200 for SERVE_OK). */
+unsigned int serve_kind_status(enum serve_kind kind);
+/* The "kind" of a JSON error body of kind ("" for SERVE_OK). */
+const char *serve_kind_name(enum serve_kind kind);
+/* The JSON-RPC error code of kind: MCP_INVALID_PARAMS when the request was
+ * at fault, MCP_RESOURCE_NOT_FOUND, else MCP_INTERNAL_ERROR (0 for SERVE_OK). */
+int serve_kind_jsonrpc(enum serve_kind kind);
+/* The kind of the library's error rc. */
+enum serve_kind serve_lib_kind(int rc);
+/* {"error": one line, "kind": its name}; takes a printf format. */
+void serve_reply_error(struct serve_reply *r, enum serve_kind kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The reply for the library's error rc with its message msg (what the call says when "" ). */
+void serve_reply_lib_error(struct serve_reply *reply, int rc, const char *msg, const char *what);
+/* Writing into the state directory failed with err (what: "write X"): storage when full, else internal. */
 void serve_reply_write_error(struct serve_reply *reply, int err, const char *what);
 
 /* metrics.c */
@@ -366,9 +412,9 @@ int serve_listen_tcp(const char *spec, bool have_token);
 int serve_listen_unix(const char *path);
 
 /* http/reply.c */
-/* A JSON error {"error": one line, "kind": kind} with code; its status in *status. */
-struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
-					  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A JSON error {"error": one line, "kind": ...} of kind; its HTTP status in *status. */
+struct MHD_Response *serve_error_response(unsigned int *status, enum serve_kind kind,
+					  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* http/stream.c */
 /*

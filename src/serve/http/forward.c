@@ -770,13 +770,13 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 		f = full ? fwd_new(s, c, full, method, body, len) : NULL;
 		free(full);
 		if (!f) {
-			*out = serve_error_response(status, 500, "internal", "out of memory");
+			*out = serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 			return 0;
 		}
 		while (!f->head_done && !f->done) {
 			if (*s->stopping) {
 				fwd_free(f);
-				*out = serve_error_response(status, 503, "busy", "the server is stopping");
+				*out = serve_error_response(status, SERVE_E_BUSY, "the server is stopping");
 				return 0;
 			}
 			if (fwd_client_gone(f)) {
@@ -805,11 +805,11 @@ int serve_forward(struct MHD_Response **out, struct serve *s, struct MHD_Connect
 		 * the work: not the same answer.
 		 */
 		if (fwd_not_connected(f))
-			*out = serve_error_response(status, 502, "node_gone",
+			*out = serve_error_response(status, SERVE_E_NODE_GONE,
 						    "session %.96s's node %s does not answer: %s", id, node,
 						    f->err[0] ? f->err : curl_easy_strerror(f->rc));
 		else
-			*out = serve_error_response(status, 502, "forward",
+			*out = serve_error_response(status, SERVE_E_FORWARD,
 						    "session %.96s's node %s took the request but its reply "
 						    "broke off (the call may have run there): %s",
 						    id, node, f->err[0] ? f->err : curl_easy_strerror(f->rc));

@@ -15,7 +15,9 @@ struct MHD_Response;
 /* reply.c */
 /* A JSON reply with code (body taken over; NULL: 500); its status in *status. */
 struct MHD_Response *sess_json(unsigned int *status, unsigned int code, json_t *body);
-/* The reply for the library's error rc with its message msg. */
+/* A core call's reply (its body taken over); its HTTP status in *status. */
+struct MHD_Response *serve_reply_response(unsigned int *status, struct serve_reply *reply);
+/* The reply for the library's error rc with its message msg (errors.c's map). */
 struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const char *msg);
 
 /* stream.c */

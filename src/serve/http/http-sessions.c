@@ -38,7 +38,7 @@
 static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *body, size_t len,
 				      unsigned int *status)
 {
-	struct serve_reply err = { 0, NULL, 0 };
+	struct serve_reply err = SERVE_REPLY_INIT;
 	struct serve_request req;
 	struct nbrun_run_options opts = s->opts;
 	struct nbrun_session *ns = NULL;
@@ -55,12 +55,12 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	doc = json_loadb(len ? body : "{}", len ? len : 2, JSON_REJECT_DUPLICATES, NULL);
 	if (!json_is_object(doc)) {
 		json_decref(doc);
-		return serve_error_response(status, 400, "request", "the body must be a JSON object");
+		return serve_error_response(status, SERVE_E_REQUEST, "the body must be a JSON object");
 	}
 	json_object_foreach(doc, key, v) {
 		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files") &&
 		    strcmp(key, "language")) {
-			r = serve_error_response(status, 400, "request",
+			r = serve_error_response(status, SERVE_E_REQUEST,
 				       "unknown key '%.64s' (timeout_idle, env, files, language)", key);
 			goto out;
 		}
@@ -68,7 +68,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	v = json_object_get(doc, "timeout_idle");
 	if (v && (!json_is_string(v) || units_parse_duration(&idle, json_string_value(v)) < 0 ||
 		  idle == 0 || idle > s->session_life_ms)) {
-		r = serve_error_response(status, 400, "request",
+		r = serve_error_response(status, SERVE_E_REQUEST,
 			       "timeout_idle: want a duration such as \"10m\", at most the session lifetime of %llu s",
 			       (unsigned long long)(s->session_life_ms / 1000));
 		goto out;
@@ -83,12 +83,12 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		json_object_set(fwd, "files", json_object_get(doc, "files"));
 	text = fwd ? json_dumps(fwd, JSON_COMPACT) : NULL;
 	if (!text) {
-		r = serve_error_response(status, 500, "internal", "out of memory");
+		r = serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", s->state_dir);
 	if (serve_request_parse(&req, &err, s, text, strlen(text), tmp_root) < 0) {
-		r = sess_json(status, err.status, err.body);
+		r = serve_reply_response(status, &err);
 		goto out;
 	}
 	pthread_mutex_lock(&s->sessions->mu);
@@ -97,7 +97,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		s->sessions->count++; /* reserved */
 	pthread_mutex_unlock(&s->sessions->mu);
 	if (rc < 0) {
-		r = serve_error_response(status, 503, "busy", "%u sessions are open, the most this server keeps",
+		r = serve_error_response(status, SERVE_E_BUSY, "%u sessions are open, the most this server keeps",
 			       s->max_sessions);
 		if (r)
 			MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "30");
@@ -219,31 +219,31 @@ static int sess_parse_execute(struct serve *s, const char *body, size_t len, cha
 	*code = NULL;
 	*timeout_ms = s->opts.timeout_ms;
 	if (!json_is_object(doc)) {
-		*r = serve_error_response(status, 400, "request", "the body must be a JSON object with \"code\"");
+		*r = serve_error_response(status, SERVE_E_REQUEST, "the body must be a JSON object with \"code\"");
 		goto out;
 	}
 	json_object_foreach(doc, key, v) {
 		if (strcmp(key, "code") && strcmp(key, "timeout")) {
-			*r = serve_error_response(status, 400, "request", "unknown key '%.64s' (code, timeout)", key);
+			*r = serve_error_response(status, SERVE_E_REQUEST, "unknown key '%.64s' (code, timeout)", key);
 			goto out;
 		}
 	}
 	v = json_object_get(doc, "code");
 	if (!json_is_string(v)) {
-		*r = serve_error_response(status, 400, "request", "code: want a string");
+		*r = serve_error_response(status, SERVE_E_REQUEST, "code: want a string");
 		goto out;
 	}
 	v = json_object_get(doc, "timeout");
 	if (v && (!json_is_string(v) || units_parse_duration(timeout_ms, json_string_value(v)) < 0 ||
 		  *timeout_ms > s->opts.timeout_ms)) {
-		*r = serve_error_response(status, 400, "request",
+		*r = serve_error_response(status, SERVE_E_REQUEST,
 				"timeout: want a positive duration such as \"60s\", at most %llu ms",
 				(unsigned long long)s->opts.timeout_ms);
 		goto out;
 	}
 	*code = strdup(json_string_value(json_object_get(doc, "code")));
 	if (!*code) {
-		*r = serve_error_response(status, 500, "internal", "out of memory");
+		*r = serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
 	rc = 0;
@@ -364,19 +364,19 @@ static struct MHD_Response *sess_post_execute(struct serve *s, struct MHD_Connec
 		return r;
 	if (nbrun_session_kernel_dead(ss->ns)) {
 		free(code);
-		return serve_error_response(status, 409, "kernel_dead",
+		return serve_error_response(status, SERVE_E_KERNEL_DEAD,
 				  "the session's kernel died; POST /v1/sessions/%s/restart to go on", ss->id);
 	}
 	if (!sess_claim(s, ss)) {
 		free(code);
-		return serve_error_response(status, 409, "busy", "the session is running another request");
+		return serve_error_response(status, SERVE_E_CONFLICT, "the session is running another request");
 	}
 	if (serve_wants_ndjson(c)) {
 		st = calloc(1, sizeof(*st));
 		if (!st) {
 			sess_unclaim(s, ss);
 			free(code);
-			return serve_error_response(status, 500, "internal", "out of memory");
+			return serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 		}
 		st->s = s;
 		st->ss = ss;
@@ -391,7 +391,7 @@ static struct MHD_Response *sess_post_execute(struct serve *s, struct MHD_Connec
 	doc = sess_execute(s, ss, code, timeout_ms, NULL, NULL, &http);
 	sess_unclaim(s, ss);
 	free(code);
-	return doc ? sess_json(status, http, doc) : serve_error_response(status, 500, "internal", "out of memory");
+	return doc ? sess_json(status, http, doc) : serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 }
 
 /* A session file into a spool file, sent from there (bounded memory). */
@@ -405,7 +405,7 @@ static struct MHD_Response *sess_get_file(struct serve *s, struct serve_session 
 	(void)s;
 	fd = openat(ss->dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return serve_error_response(status, 500, "internal", "cannot make a spool file: %s", strerror(errno));
+		return serve_error_response(status, SERVE_E_INTERNAL, "cannot make a spool file: %s", strerror(errno));
 	rc = nbrun_session_get_file(ss->ns, path, fd, SESSION_GET_MAX);
 	if (rc < 0) {
 		close(fd);
@@ -415,7 +415,7 @@ static struct MHD_Response *sess_get_file(struct serve *s, struct serve_session 
 	}
 	if (fstat(fd, &st) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
 		close(fd);
-		return serve_error_response(status, 500, "internal", "cannot read the spool file");
+		return serve_error_response(status, SERVE_E_INTERNAL, "cannot read the spool file");
 	}
 	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!r) {
@@ -437,7 +437,7 @@ static struct MHD_Response *sess_output(struct serve_session *ss, const char *re
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		if (fd >= 0)
 			close(fd);
-		return serve_error_response(status, 404, "not_found", "no such output");
+		return serve_error_response(status, SERVE_E_NOT_FOUND, "no such output");
 	}
 	r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
 	if (!r) {
@@ -473,7 +473,7 @@ static struct MHD_Response *sess_claimed(struct serve *s, struct serve_session *
 	int rc = 0, truncated = 0;
 
 	if (!sess_claim(s, ss))
-		return serve_error_response(status, 409, "busy", "the session is running another request");
+		return serve_error_response(status, SERVE_E_CONFLICT, "the session is running another request");
 	if (!strcmp(rest, "restart") && !strcmp(method, "POST")) {
 		rc = nbrun_session_restart(ss->ns);
 		r = rc < 0 ? sess_lib_error(status, rc, nbrun_session_errmsg(ss->ns))
@@ -505,7 +505,7 @@ static struct MHD_Response *sess_claimed(struct serve *s, struct serve_session *
 			}
 		}
 	} else {
-		r = serve_error_response(status, 404, "not_found", "no such endpoint");
+		r = serve_error_response(status, SERVE_E_NOT_FOUND, "no such endpoint");
 	}
 	if (rc == NBRUN_EENGINE)
 		sess_close(s, ss, "its sandbox is gone");
@@ -527,18 +527,18 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	bool handed = false;
 
 	if (!s->sessions)
-		return serve_error_response(status, 404, "not_found", "this server keeps no sessions");
+		return serve_error_response(status, SERVE_E_NOT_FOUND, "this server keeps no sessions");
 	if (!strcmp(url, "/v1/sessions")) {
 		if (!strcmp(method, "POST"))
 			return sess_open(s, tenant, body, len, status);
 		if (get)
 			return sess_list(s, c, tenant, status);
-		return serve_error_response(status, 405, "method", "use POST or GET");
+		return serve_error_response(status, SERVE_E_METHOD, "use POST or GET");
 	}
 	p = url + 13;
 	n = strcspn(p, "/");
 	if (n == 0 || n >= sizeof(id))
-		return serve_error_response(status, 404, "not_found", "no such session");
+		return serve_error_response(status, SERVE_E_NOT_FOUND, "no such session");
 	memcpy(id, p, n);
 	id[n] = '\0';
 	rest = p[n] ? p + n + 1 : "";
@@ -549,7 +549,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 		return r;
 	ss = sess_get(s, id, tenant);
 	if (!ss)
-		return serve_error_response(status, 404, "not_found", "no session %.96s", id);
+		return serve_error_response(status, SERVE_E_NOT_FOUND, "no session %.96s", id);
 	if (!*rest && get) {
 		json_t *info;
 		pthread_mutex_lock(&s->sessions->mu);
@@ -570,7 +570,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 		   !strncmp(rest, "files/", 6)) {
 		r = sess_claimed(s, ss, method, rest, body, len, status);
 	} else {
-		r = serve_error_response(status, 404, "not_found", "no such endpoint");
+		r = serve_error_response(status, SERVE_E_NOT_FOUND, "no such endpoint");
 	}
 	if (!handed)
 		sess_put(s, ss);

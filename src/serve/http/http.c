@@ -247,13 +247,14 @@ static enum MHD_Result serve_send(struct MHD_Connection *c, struct serve_reply *
 {
 	struct MHD_Response *r;
 	char *text = reply->body ? json_dumps(reply->body, JSON_COMPACT) : NULL;
+	unsigned int status = serve_kind_status(reply->kind);
 	char retry[16];
 
 	json_decref(reply->body);
 	reply->body = NULL;
 	if (!text) {
 		static const char oom[] = "{\"error\": \"out of memory\", \"kind\": \"internal\"}";
-		reply->status = 500;
+		status = 500;
 		r = MHD_create_response_from_buffer(strlen(oom), (void *)oom, MHD_RESPMEM_PERSISTENT);
 	} else {
 		r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -264,22 +265,22 @@ static enum MHD_Result serve_send(struct MHD_Connection *c, struct serve_reply *
 		snprintf(retry, sizeof(retry), "%u", reply->retry_after);
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry);
 	}
-	if (r && reply->status == 405)
+	if (r && status == 405)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
 					!strcmp(url, "/v1/runs") ? "POST" : "GET, HEAD");
-	if (r && reply->status == 401)
+	if (r && status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	serve_access_log(c, method, url, reply->status, sc);
-	return serve_queue(c, reply->status, r, "application/json");
+	serve_access_log(c, method, url, status, sc);
+	return serve_queue(c, status, r, "application/json");
 }
 
-static enum MHD_Result serve_send_error(struct MHD_Connection *c, unsigned int status,
-					const char *kind, const char *msg, const char *method,
-					const char *url, const struct serve_conn *sc)
+static enum MHD_Result serve_send_error(struct MHD_Connection *c, enum serve_kind kind,
+					const char *msg, const char *method, const char *url,
+					const struct serve_conn *sc)
 {
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 
-	serve_reply_error(&reply, status, kind, "%s", msg);
+	serve_reply_error(&reply, kind, "%s", msg);
 	return serve_send(c, &reply, method, url, sc);
 }
 
@@ -378,18 +379,18 @@ static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connecti
 missing:
 	if (fd >= 0)
 		close(fd);
-	return serve_send_error(c, 404, "not_found", "no such run or output", method, url, sc);
+	return serve_send_error(c, SERVE_E_NOT_FOUND, "no such run or output", method, url, sc);
 }
 
 static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connection *c,
 					 struct serve_conn *sc, const char *method, const char *url)
 {
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 	struct serve_request req;
 	char tmp_root[4096];
 
 	if (sc->too_large)
-		return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB", method,
+		return serve_send_error(c, SERVE_E_TOO_LARGE, "request body larger than 64 MiB", method,
 					url, sc);
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", h->s->state_dir);
 	if (serve_request_parse(&req, &reply, h->s, sc->body.data ? sc->body.data : "", sc->body.len,
@@ -440,7 +441,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 {
 	struct serve_http *h = cls;
 	struct serve_conn *sc = *con_cls;
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 	bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	enum serve_route route;
 	const char *rest, *len;
@@ -465,7 +466,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			unsigned int status = 500;
 			struct MHD_Response *r;
 			if (sc->too_large)
-				return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+				return serve_send_error(c, SERVE_E_TOO_LARGE, "request body larger than 64 MiB",
 							method, url, sc);
 			r = serve_sessions_handle(h->s, c, sc->tenant, method, url,
 						  sc->body.data ? sc->body.data : "", sc->body.len, &status);
@@ -486,21 +487,21 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		size_t hdr = strlen(url) + strlen(method) + 16;
 		MHD_get_connection_values(c, MHD_HEADER_KIND, serve_header_size, &hdr);
 		if (hdr > SERVE_HEADERS_MAX) {
-			return serve_send_error(c, 431, "too_large",
+			return serve_send_error(c, SERVE_E_HEADERS_TOO_LARGE,
 						"request line and headers larger than 32 KiB", method, url,
 						NULL);
 		}
 	}
 	if (route == ROUTE_HEALTH) {
 		if (!get)
-			return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
+			return serve_send_error(c, SERVE_E_METHOD, "use GET", method, url, NULL);
 		serve_api_health(&reply, h->s);
 		return serve_send(c, &reply, method, url, NULL);
 	}
 	{
 		unsigned int wait = serve_auth_blocked(h, c);
 		if (wait) {
-			serve_reply_error(&reply, 429, "auth",
+			serve_reply_error(&reply, SERVE_E_RATE_LIMITED,
 					  "too many wrong or missing tokens from this address; try again in %u s",
 					  wait);
 			reply.retry_after = wait;
@@ -510,7 +511,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	tenant = serve_tenant(h, c);
 	if (tenant < 0) {
 		serve_auth_failed(h, c);
-		return serve_send_error(c, 401, "auth",
+		return serve_send_error(c, SERVE_E_AUTH,
 					"missing or wrong token (send 'Authorization: Bearer TOKEN')",
 					method, url, NULL);
 	}
@@ -521,7 +522,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		if (serve_sessions_wants_body(method)) {
 			len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 			if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
-				return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+				return serve_send_error(c, SERVE_E_TOO_LARGE, "request body larger than 64 MiB",
 							method, url, NULL);
 			return serve_conn_begin(h, con_cls, tenant, SERVE_BODY_MAX, false, true);
 		}
@@ -530,7 +531,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		return serve_queue(c, status, r, NULL);
 	}
 	if (route == ROUTE_NONE || (route == ROUTE_MCP && !h->s->mcp))
-		return serve_send_error(c, 404, "not_found", "no such endpoint", method, url, NULL);
+		return serve_send_error(c, SERVE_E_NOT_FOUND, "no such endpoint", method, url, NULL);
 	if (route == ROUTE_MCP && strcmp(method, "POST")) {
 		unsigned int status = 500;
 		struct MHD_Response *r = mcp_http_other(h->s->mcp, c, tenant, method, &status);
@@ -539,7 +540,7 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	}
 	if (route == ROUTE_RUNS || route == ROUTE_MCP) {
 		if (strcmp(method, "POST"))
-			return serve_send_error(c, 405, "method", "use POST", method, url, NULL);
+			return serve_send_error(c, SERVE_E_METHOD, "use POST", method, url, NULL);
 		len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (len && route == ROUTE_MCP && strtoull(len, NULL, 10) > MCP_MESSAGE_MAX) {
 			unsigned int status = 500;
@@ -548,14 +549,14 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 			return serve_queue(c, status, r, NULL);
 		}
 		if (len && strtoull(len, NULL, 10) > SERVE_BODY_MAX)
-			return serve_send_error(c, 413, "too_large", "request body larger than 64 MiB",
+			return serve_send_error(c, SERVE_E_TOO_LARGE, "request body larger than 64 MiB",
 						method, url, NULL);
 		return serve_conn_begin(h, con_cls, tenant,
 					route == ROUTE_MCP ? MCP_MESSAGE_MAX : SERVE_BODY_MAX,
 					route == ROUTE_MCP, false);
 	}
 	if (!get)
-		return serve_send_error(c, 405, "method", "use GET", method, url, NULL);
+		return serve_send_error(c, SERVE_E_METHOD, "use GET", method, url, NULL);
 	switch (route) {
 	case ROUTE_METRICS:
 		text = serve_api_metrics(h->s);

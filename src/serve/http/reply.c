@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* JSON replies of the HTTP door, and its map from library errors to statuses. */
+/* JSON replies of the HTTP door. */
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,34 +30,32 @@ struct MHD_Response *sess_json(unsigned int *status, unsigned int code, json_t *
 	return r;
 }
 
-struct MHD_Response *serve_error_response(unsigned int *status, unsigned int code, const char *kind,
+struct MHD_Response *serve_error_response(unsigned int *status, enum serve_kind kind,
 					  const char *fmt, ...)
 {
-	struct serve_reply r = { 0, NULL, 0 };
+	struct serve_reply r = SERVE_REPLY_INIT;
 	char msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	serve_reply_error(&r, code, kind, "%s", msg);
-	return sess_json(status, r.status, r.body);
+	serve_reply_error(&r, kind, "%s", msg);
+	return sess_json(status, serve_kind_status(r.kind), r.body);
+}
+
+struct MHD_Response *serve_reply_response(unsigned int *status, struct serve_reply *reply)
+{
+	json_t *body = reply->body;
+
+	reply->body = NULL;
+	return sess_json(status, serve_kind_status(reply->kind), body);
 }
 
 struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const char *msg)
 {
-	switch (rc) {
-	case NBRUN_EINVAL:
-	case NBRUN_EPARSE:
-		return serve_error_response(status, 400, "request", "%s", msg);
-	case NBRUN_ENOTFOUND:
-		return serve_error_response(status, 404, "not_found", "%s", msg);
-	case NBRUN_EENGINE:
-	case NBRUN_ENOIMAGE:
-		return serve_error_response(status, 502, "engine", "%s", msg);
-	case NBRUN_ENOSPC:
-		return serve_error_response(status, 507, "storage", "the state directory is full: %s", msg);
-	default:
-		return serve_error_response(status, 500, "internal", "%s", *msg ? msg : "the session call failed");
-	}
+	struct serve_reply r = SERVE_REPLY_INIT;
+
+	serve_reply_lib_error(&r, rc, msg, "the session call");
+	return serve_reply_response(status, &r);
 }

@@ -146,7 +146,7 @@ struct MHD_Response *stream_start(struct serve_stream *st, struct MHD_Connection
 		if (st->release)
 			st->release(st);
 		free(st);
-		return serve_error_response(status, 500, "internal", "cannot make a pipe: %s", strerror(errno));
+		return serve_error_response(status, SERVE_E_INTERNAL, "cannot make a pipe: %s", strerror(errno));
 	}
 	st->rfd = p[0];
 	st->wfd = p[1];
@@ -190,7 +190,7 @@ bool serve_wants_ndjson(struct MHD_Connection *c)
 
 static void stream_run_work(struct serve_stream *st)
 {
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 
 	st->req.cancel = &st->cancel;
 	st->req.on_event = stream_event;
@@ -216,7 +216,7 @@ struct MHD_Response *serve_stream_run(struct serve *s, struct MHD_Connection *c,
 
 	if (!st) {
 		serve_request_free(req);
-		return serve_error_response(status, 500, "internal", "out of memory");
+		return serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
 	}
 	st->s = s;
 	st->req = *req;

@@ -32,14 +32,6 @@ struct mcp_boxes;
 #define MCP_RESOURCE_MAX (32u << 20)
 #define MCP_SESSIONS_MAX 256
 
-/* JSON-RPC 2.0 error codes, and MCP's for a resource. */
-#define MCP_PARSE_ERROR (-32700)
-#define MCP_INVALID_REQUEST (-32600)
-#define MCP_METHOD_NOT_FOUND (-32601)
-#define MCP_INVALID_PARAMS (-32602)
-#define MCP_INTERNAL_ERROR (-32603)
-#define MCP_RESOURCE_NOT_FOUND (-32002)
-
 /* Sends one notification (a JSON text) to the client of a request, while it runs. */
 typedef void (*mcp_notify_fn)(const char *json, void *payload);
 

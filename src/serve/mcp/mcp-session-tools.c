@@ -126,7 +126,7 @@ static int mcp_dir_id(char out[17])
 static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code, char *msg,
 				size_t msglen)
 {
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 	struct nbrun_run_options opts = cc->s->opts;
 	struct serve_request req;
 	struct nbrun_session *ss = NULL;

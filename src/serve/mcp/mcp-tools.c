@@ -475,7 +475,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 {
 	const char *name = json_string_value(json_object_get(params, "name"));
 	json_t *args = json_object_get(params, "arguments"), *body = NULL, *out = NULL;
-	struct serve_reply reply = { 0, NULL, 0 };
+	struct serve_reply reply = SERVE_REPLY_INIT;
 	struct serve_request req;
 	const struct tool *t = NULL;
 	const char *key;
@@ -526,7 +526,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		free(text);
 		snprintf(why, sizeof(why), "%s: %s", t->name,
 			 json_string_value(json_object_get(reply.body, "error")) ?: "bad arguments");
-		if (reply.status == 400)
+		if (serve_kind_jsonrpc(reply.kind) == MCP_INVALID_PARAMS)
 			out = mcp_tool_arg_error(cc, code, msg, msglen, why);
 		else
 			snprintf(msg, msglen, "%s", why);
@@ -544,7 +544,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		serve_info("nbrun: mcp: %s cancelled: its run stopped and its sandbox is removed",
 			t->name);
 		*code = 0;
-	} else if (reply.status == 200) {
+	} else if (reply.kind == SERVE_OK) {
 		out = mcp_result_of(cc, reply.body, NULL);
 		if (!out)
 			snprintf(msg, msglen, "out of memory");
