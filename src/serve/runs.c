@@ -223,13 +223,75 @@ static int serve_parse_env(struct serve_request *req, struct serve_reply *err, j
 	return 0;
 }
 
+int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
+		       const struct serve_run_args *a, const char *tmp_root)
+{
+	json_t *empty = json_object();
+	int rc = -1;
+
+	memset(req, 0, sizeof(*req));
+	if (!a->code == !a->notebook) {
+		serve_reply_error(err, SERVE_E_REQUEST, "give either \"code\" or \"notebook\"");
+		goto out;
+	}
+	if (a->code) {
+		req->code = strdup(a->code);
+	} else {
+		if (!json_is_object(a->notebook)) {
+			serve_reply_error(err, SERVE_E_REQUEST, "notebook: want an nbformat 4 JSON object");
+			goto out;
+		}
+		req->notebook = json_dumps(a->notebook, JSON_COMPACT);
+		req->notebook_len = req->notebook ? strlen(req->notebook) : 0;
+	}
+	if (!req->code && !req->notebook) {
+		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
+		goto out;
+	}
+	if (a->parameters) {
+		if (!req->notebook || !json_is_object(a->parameters)) {
+			serve_reply_error(err, SERVE_E_REQUEST, "parameters: want an object, with \"notebook\"");
+			goto out;
+		}
+		if (!(req->params = json_dumps(a->parameters, JSON_COMPACT))) {
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
+			goto out;
+		}
+	}
+	if (a->timeout_ms > s->opts.timeout_ms) {
+		serve_reply_error(err, SERVE_E_REQUEST, "timeout: above this server's limit of %llu ms",
+				  (unsigned long long)s->opts.timeout_ms);
+		goto out;
+	}
+	req->timeout_ms = a->timeout_ms;
+	if (a->language) {
+		char why[300];
+		req->language = serve_language(s, a->language, why, sizeof(why));
+		if (!req->language) {
+			serve_reply_error(err, SERVE_E_LANGUAGE, "%s", why);
+			goto out;
+		}
+	}
+	if (!empty || serve_parse_env(req, err, a->env ? a->env : empty, s) < 0)
+		goto out;
+	if (a->files && serve_parse_files(req, err, a->files, tmp_root) < 0)
+		goto out;
+	rc = 0;
+out:
+	if (rc < 0)
+		serve_request_free(req);
+	json_decref(empty);
+	return rc;
+}
+
 int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 			const char *body, size_t len, const char *tmp_root)
 {
 	static const char *const keys[] = { "code", "notebook", "parameters", "files", "env",
 					    "timeout", "language", NULL };
+	struct serve_run_args a = { 0 };
 	json_error_t jerr;
-	json_t *doc, *v, *empty = json_object();
+	json_t *doc, *v;
 	const char *key;
 	int rc = -1;
 
@@ -255,76 +317,37 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 		}
 	}
 	v = json_object_get(doc, "code");
-	if (!!v == !!json_object_get(doc, "notebook")) {
+	if (v && !json_object_get(doc, "notebook") && !json_is_string(v)) {
+		serve_reply_error(err, SERVE_E_REQUEST, "code: want a string");
+		goto out;
+	}
+	a.code = json_string_value(v);
+	a.notebook = json_object_get(doc, "notebook");
+	if (!v && a.notebook && !json_is_object(a.notebook)) {
+		serve_reply_error(err, SERVE_E_REQUEST, "notebook: want an nbformat 4 JSON object");
+		goto out;
+	}
+	if (!!v != !a.notebook) {
 		serve_reply_error(err, SERVE_E_REQUEST, "give either \"code\" or \"notebook\"");
 		goto out;
 	}
-	if (v) {
-		if (!json_is_string(v)) {
-			serve_reply_error(err, SERVE_E_REQUEST, "code: want a string");
-			goto out;
-		}
-		req->code = strdup(json_string_value(v));
-	} else {
-		v = json_object_get(doc, "notebook");
-		if (!json_is_object(v)) {
-			serve_reply_error(err, SERVE_E_REQUEST, "notebook: want an nbformat 4 JSON object");
-			goto out;
-		}
-		req->notebook = json_dumps(v, JSON_COMPACT);
-		req->notebook_len = req->notebook ? strlen(req->notebook) : 0;
-	}
-	if (!req->code && !req->notebook) {
-		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
-		goto out;
-	}
-	v = json_object_get(doc, "parameters");
-	if (v) {
-		if (!req->notebook || !json_is_object(v)) {
-			serve_reply_error(err, SERVE_E_REQUEST, "parameters: want an object, with \"notebook\"");
-			goto out;
-		}
-		if (!(req->params = json_dumps(v, JSON_COMPACT))) {
-			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
-			goto out;
-		}
-	}
+	a.parameters = json_object_get(doc, "parameters");
 	v = json_object_get(doc, "timeout");
-	if (v) {
-		if (!json_is_string(v) || units_parse_duration(&req->timeout_ms, json_string_value(v)) < 0) {
-			serve_reply_error(err, SERVE_E_REQUEST, "timeout: want a positive duration such as \"60s\"");
-			goto out;
-		}
-		if (req->timeout_ms > s->opts.timeout_ms) {
-			serve_reply_error(err, SERVE_E_REQUEST, "timeout: above this server's limit of %llu ms",
-					  (unsigned long long)s->opts.timeout_ms);
-			goto out;
-		}
+	if (v && (!json_is_string(v) || units_parse_duration(&a.timeout_ms, json_string_value(v)) < 0)) {
+		serve_reply_error(err, SERVE_E_REQUEST, "timeout: want a positive duration such as \"60s\"");
+		goto out;
 	}
 	v = json_object_get(doc, "language");
-	if (v) {
-		char why[300];
-		if (!json_is_string(v)) {
-			serve_reply_error(err, SERVE_E_REQUEST, "language: want a string such as \"python\"");
-			goto out;
-		}
-		req->language = serve_language(s, json_string_value(v), why, sizeof(why));
-		if (!req->language) {
-			serve_reply_error(err, SERVE_E_LANGUAGE, "%s", why);
-			goto out;
-		}
+	if (v && !json_is_string(v)) {
+		serve_reply_error(err, SERVE_E_REQUEST, "language: want a string such as \"python\"");
+		goto out;
 	}
-	if (!empty || serve_parse_env(req, err, json_object_get(doc, "env") ?: empty, s) < 0)
-		goto out;
-	v = json_object_get(doc, "files");
-	if (v && serve_parse_files(req, err, v, tmp_root) < 0)
-		goto out;
-	rc = 0;
+	a.language = json_string_value(v);
+	a.env = json_object_get(doc, "env");
+	a.files = json_object_get(doc, "files");
+	rc = serve_request_init(req, err, s, &a, tmp_root);
 out:
-	if (rc < 0)
-		serve_request_free(req);
 	json_decref(doc);
-	json_decref(empty);
 	return rc;
 }
 
@@ -359,7 +382,7 @@ static void serve_release(struct serve *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req)
+void serve_run(struct serve_reply *reply, struct serve *s, struct serve_request *req)
 {
 	struct nbrun_run_options opts = s->opts;
 	struct nbrun_ctx *ctx = NULL;
@@ -447,7 +470,8 @@ void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_requ
 		goto out;
 	}
 	kept = true;
-	serve_add_run_refs(doc, run_id, run_fd, true);
+	if (req->refs)
+		serve_add_run_refs(doc, run_id, run_fd, true);
 	reply->kind = SERVE_OK;
 	reply->body = doc;
 	doc = NULL;

@@ -155,6 +155,19 @@ struct serve_request {
 	/* The Idempotency-Key header ("" when none) and the SHA-256 of the body it came with. */
 	char idem_key[WIRE_IDEM_KEY_MAX + 1];
 	unsigned char idem_body[32];
+	/* The answer names each output's url and carries the small ones' bytes (the HTTP door). */
+	bool refs;
+};
+
+/* What a door asks to run, before the core checks it (serve_request_init). */
+struct serve_run_args {
+	const char *code;     /* or */
+	json_t *notebook;     /* an nbformat 4 object */
+	json_t *parameters;   /* an object (name: JSON value), with notebook only; or NULL */
+	json_t *files;        /* [{"path": NAME, "content_base64": DATA}], or NULL */
+	json_t *env;          /* {"NAME": "value"}, or NULL */
+	uint64_t timeout_ms;  /* 0: the server's */
+	const char *language; /* a name or alias; NULL: Python, or the notebook's */
 };
 
 /*
@@ -314,12 +327,22 @@ int serve_read_token(struct serve *s, const char *path);
 int serve_make_token(struct serve *s);
 
 /* runs.c */
-/* Parse and validate a POST /v1/runs body; files are written to a new temp dir below tmp_root. */
+/*
+ * A run request from what a door asks: checked against the server's limits
+ * and languages, the server's environment added, the files written to a new
+ * directory below tmp_root. 0, or -1 with the error in err.
+ */
+int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
+		       const struct serve_run_args *a, const char *tmp_root);
+/* Parse and check a POST /v1/runs body (serve_request_init). */
 int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 			const char *body, size_t len, const char *tmp_root);
 void serve_request_free(struct serve_request *req);
-/* Execute a parsed request and fill the reply (200 + result document, or an error). */
-void serve_api_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
+/*
+ * Admit, execute and keep the run of req: the reply is its result document
+ * (SERVE_OK) or an error. An Idempotency-Key on req answers its first run.
+ */
+void serve_run(struct serve_reply *reply, struct serve *s, struct serve_request *req);
 /* GET /v1/runs/{id}: the stored result with urls, for the token whose owner digest is owner. */
 void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char *run_id,
 			  const char *owner);

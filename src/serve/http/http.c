@@ -402,13 +402,14 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 		}
 		buf_free(&sc->body); /* the files are on disk now */
 		serve_owner_of(req.owner, h, sc->tenant);
+		req.refs = true;
 		if (serve_wants_ndjson(c)) {
 			unsigned int status = 500;
 			struct MHD_Response *r = serve_stream_run(h->s, c, &req, &status);
 			serve_access_log(c, method, url, status, sc);
 			return serve_queue(c, status, r, NULL);
 		}
-		serve_api_run(&reply, h->s, &req);
+		serve_run(&reply, h->s, &req);
 		serve_request_free(&req);
 	}
 	return serve_send(c, &reply, method, url, sc);

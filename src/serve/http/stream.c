@@ -195,7 +195,7 @@ static void stream_run_work(struct serve_stream *st)
 	st->req.cancel = &st->cancel;
 	st->req.on_event = stream_event;
 	st->req.event_payload = st;
-	serve_api_run(&reply, st->s, &st->req);
+	serve_run(&reply, st->s, &st->req);
 	stream_last(st, reply.body);
 }
 

@@ -393,20 +393,6 @@ static char *summary_of(const json_t *doc)
 	return buf_steal(&b);
 }
 
-/* The result document less what only the HTTP API means (url, content_base64). */
-static void strip_refs(json_t *doc)
-{
-	static const char *const lists[] = { "images", "files" };
-	json_t *e;
-	size_t i;
-
-	for (size_t l = 0; l < 2; l++)
-		json_array_foreach(json_object_get(doc, lists[l]), i, e) {
-			json_object_del(e, "url");
-			json_object_del(e, "content_base64");
-		}
-}
-
 json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *dir_id)
 {
 	struct mcp_budget b = { MCP_IMAGE_ALL, MCP_EMBED_ALL };
@@ -431,7 +417,6 @@ json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *di
 					     json_integer_value(json_object_get(e, "bytes")), &b);
 		}
 	}
-	strip_refs(doc);
 	out = json_pack("{s:O, s:b}", "content", content, "isError", !status || strcmp(status, "ok"));
 	if (out && mcp_version_since(cc->version, "2025-06-18"))
 		json_object_set(out, "structuredContent", doc);

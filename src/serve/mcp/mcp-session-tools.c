@@ -132,29 +132,27 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 	struct nbrun_session *ss = NULL;
 	struct nbrun_ctx *ctx = NULL;
 	struct mcp_box *slot = NULL;
-	json_t *body, *out = NULL;
-	char tmp_root[4096], why[600], *text;
+	struct serve_run_args a = { 0 };
+	json_t *out = NULL;
+	char tmp_root[4096], why[600];
 	const char *language;
 	int rc;
 
 	mcp_boxes_reap(cc->boxes, NULL);
-	body = json_pack("{s:s}", "code", "");
-	if (json_object_get(args, "files"))
-		json_object_set(body, "files", json_object_get(args, "files"));
 	/* Checked as a run's: one of the server's languages, else the list of them. */
-	if (json_object_get(args, "language"))
-		json_object_set(body, "language", json_object_get(args, "language"));
-	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-	json_decref(body);
+	a.code = "";
+	a.files = json_object_get(args, "files");
+	a.language = json_string_value(json_object_get(args, "language"));
+	if (json_object_get(args, "language") && !a.language)
+		return mcp_tool_arg_error(cc, code, msg, msglen,
+					  "session_open: language: want a string such as \"python\"");
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
-	if (!text || serve_request_parse(&req, &reply, cc->s, text, strlen(text), tmp_root) < 0) {
+	if (serve_request_init(&req, &reply, cc->s, &a, tmp_root) < 0) {
 		snprintf(why, sizeof(why), "session_open: %s",
 			 json_string_value(json_object_get(reply.body, "error")) ?: "out of memory");
 		json_decref(reply.body);
-		free(text);
 		return mcp_tool_arg_error(cc, code, msg, msglen, why);
 	}
-	free(text);
 	pthread_mutex_lock(&cc->boxes->lock);
 	for (size_t i = 0; i < MCP_BOXES_MAX && !slot; i++)
 		if (!cc->boxes->box[i].ss && !cc->boxes->box[i].busy)

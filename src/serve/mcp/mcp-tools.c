@@ -367,84 +367,73 @@ fail:
 }
 /* ---- arguments ------------------------------------------------------------------------- */
 
-/* Check the arguments against the tool's keys and types; builds the POST /v1/runs body. */
-static json_t *tool_body(const struct tool *t, json_t *args, char *why, size_t whylen)
+/*
+ * Check the arguments against the tool's keys and types and fill a: what
+ * it points to is args' (a notebook given as text is parsed into *owned).
+ * 0, or -1 with the reason in why.
+ */
+static int tool_args(struct serve_run_args *a, json_t **owned, const struct tool *t, json_t *args,
+		     char *why, size_t whylen)
 {
-	json_t *body = json_object(), *v;
 	const char *key;
+	json_t *v;
 
-	if (!body) {
-		snprintf(why, whylen, "out of memory");
-		return NULL;
-	}
+	memset(a, 0, sizeof(*a));
+	*owned = NULL;
 	json_object_foreach(args, key, v) {
 		size_t i;
 		for (i = 0; t->keys[i] && strcmp(t->keys[i], key); i++)
 			;
 		if (!t->keys[i]) {
 			snprintf(why, whylen, "%s: unknown argument '%.64s'", t->name, key);
-			goto bad;
+			return -1;
 		}
 	}
 	if (t->kind == TOOL_RUN_PYTHON || t->kind == TOOL_RUN_CODE) {
-		v = json_object_get(args, "code");
-		if (!json_is_string(v)) {
+		a->code = json_string_value(json_object_get(args, "code"));
+		if (!a->code) {
 			snprintf(why, whylen, "%s: 'code' must be a string of %s source", t->name,
 				 t->kind == TOOL_RUN_PYTHON ? "Python" : "the language's");
-			goto bad;
+			return -1;
 		}
-		json_object_set(body, "code", v);
 	}
 	if (t->kind == TOOL_RUN_CODE) {
 		/* The server's check of a run's language names the languages it has. */
-		v = json_object_get(args, "language");
-		if (!json_is_string(v)) {
+		a->language = json_string_value(json_object_get(args, "language"));
+		if (!a->language) {
 			snprintf(why, whylen, "run_code: 'language' must be a string, one of the enum");
-			goto bad;
+			return -1;
 		}
-		json_object_set(body, "language", v);
 	} else if (t->kind == TOOL_RUN_NOTEBOOK) {
 		v = json_object_get(args, "notebook");
 		if (json_is_string(v))
-			v = json_loads(json_string_value(v), 0, NULL);
-		else
-			json_incref(v);
+			v = *owned = json_loads(json_string_value(v), 0, NULL);
 		if (!json_is_object(v)) {
-			json_decref(v);
 			snprintf(why, whylen, "run_notebook: 'notebook' must be an nbformat 4 JSON object");
-			goto bad;
+			return -1;
 		}
-		json_object_set_new(body, "notebook", v);
-		v = json_object_get(args, "parameters");
-		if (v && !json_is_object(v)) {
+		a->notebook = v;
+		a->parameters = json_object_get(args, "parameters");
+		if (a->parameters && !json_is_object(a->parameters)) {
 			snprintf(why, whylen, "run_notebook: 'parameters' must be an object of name: value");
-			goto bad;
+			return -1;
 		}
-		if (v)
-			json_object_set(body, "parameters", v);
 	}
-	v = json_object_get(args, "files");
-	if (v && !json_is_array(v)) {
+	a->files = json_object_get(args, "files");
+	if (a->files && !json_is_array(a->files)) {
 		snprintf(why, whylen, "%s: 'files' must be a list of {path, content_base64}", t->name);
-		goto bad;
+		return -1;
 	}
-	if (v)
-		json_object_set(body, "files", v);
 	v = json_object_get(args, "timeout_s");
 	if (v) {
-		char dur[32];
 		double secs = json_number_value(v);
 		if (!json_is_number(v) || !(secs > 0) || secs > 1e7) {
 			snprintf(why, whylen, "%s: 'timeout_s' must be a positive number of seconds", t->name);
-			goto bad;
+			return -1;
 		}
-		snprintf(dur, sizeof(dur), "%.0fms", secs * 1000 < 1 ? 1 : secs * 1000);
-		json_object_set_new(body, "timeout", json_string(dur));
+		a->timeout_ms = secs * 1000 < 1 ? 1 : (uint64_t)(secs * 1000 + 0.5);
 	}
-	return body;
-bad:
-	json_decref(body);
-	return NULL;
+	return 0;
 }
 
 /* ---- results --------------------------------------------------------------------------- */
@@ -474,13 +463,14 @@ static void on_phase(enum nbrun_phase phase, void *payload)
 json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char *msg, size_t msglen)
 {
 	const char *name = json_string_value(json_object_get(params, "name"));
-	json_t *args = json_object_get(params, "arguments"), *body = NULL, *out = NULL;
+	json_t *args = json_object_get(params, "arguments"), *out = NULL, *owned = NULL, *v;
 	struct serve_reply reply = SERVE_REPLY_INIT;
+	struct serve_run_args a;
 	struct serve_request req;
 	const struct tool *t = NULL;
 	const char *key;
-	json_t *v;
-	char why[512], tmp_root[4096], *text = NULL;
+	char why[512], tmp_root[4096];
+	int rc;
 
 	for (size_t i = 0; name && i < N_TOOLS; i++)
 		if (!strcmp(tools[i].name, name) && tool_offered(&tools[i], cc->s))
@@ -507,23 +497,14 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		snprintf(msg, msglen, "params.arguments must be an object");
 		return NULL;
 	}
-	if (!args)
-		args = json_object();
-	else
-		json_incref(args);
-	body = args ? tool_body(t, args, why, sizeof(why)) : NULL;
-	json_decref(args);
-	if (!body)
-		return mcp_tool_arg_error(cc, code, msg, msglen, why);
-	text = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	if (!text) {
-		snprintf(msg, msglen, "out of memory");
-		return NULL;
-	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
-	if (serve_request_parse(&req, &reply, cc->s, text, strlen(text), tmp_root) < 0) {
-		free(text);
+	if (tool_args(&a, &owned, t, args, why, sizeof(why)) < 0) {
+		json_decref(owned);
+		return mcp_tool_arg_error(cc, code, msg, msglen, why);
+	}
+	rc = serve_request_init(&req, &reply, cc->s, &a, tmp_root);
+	json_decref(owned);
+	if (rc < 0) {
 		snprintf(why, sizeof(why), "%s: %s", t->name,
 			 json_string_value(json_object_get(reply.body, "error")) ?: "bad arguments");
 		if (serve_kind_jsonrpc(reply.kind) == MCP_INVALID_PARAMS)
@@ -533,12 +514,11 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		json_decref(reply.body);
 		return out;
 	}
-	free(text);
 	req.cancel = cc->cancel;
 	req.progress = on_phase;
 	req.payload = cc;
 	serve_owner_hex(req.owner, cc->s, cc->tenant); /* its resources are its tenant's only */
-	serve_api_run(&reply, cc->s, &req);
+	serve_run(&reply, cc->s, &req);
 	serve_request_free(&req);
 	if (*cc->cancel) {
 		serve_info("nbrun: mcp: %s cancelled: its run stopped and its sandbox is removed",
