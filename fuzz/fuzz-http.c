@@ -56,13 +56,15 @@ static void fuzz_http_exit(void)
 
 static int fuzz_http_start(struct serve *s)
 {
-	static char *tenants[] = { FUZZ_TENANT_TOKEN };
 	int fd;
 
 	if (fuzz_http)
 		return 0;
 	signal(SIGPIPE, SIG_IGN);
-	s->tenant_tokens = tenants;
+	/* The server's: serve_free() frees it. */
+	s->tenant_tokens = calloc(1, sizeof(*s->tenant_tokens));
+	if (!s->tenant_tokens || !(s->tenant_tokens[0] = strdup(FUZZ_TENANT_TOKEN)))
+		return -1;
 	s->n_tenant_tokens = 1;
 	fuzz_addr.sun_family = AF_UNIX;
 	if ((size_t)snprintf(fuzz_addr.sun_path, sizeof(fuzz_addr.sun_path), "%s/http.sock",

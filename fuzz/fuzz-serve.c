@@ -12,13 +12,10 @@
 
 #include "fuzz-serve.h"
 #include "mcp.h"
-#include "path.h"
 
 static volatile sig_atomic_t fuzz_stopping;
-static struct serve fuzz_s;
-/* nbrun serve's run defaults: the library's, as the command line leaves them. */
-static const struct nbrun_run_options fuzz_opts = NBRUN_RUN_OPTIONS_INIT;
-static bool fuzz_ready;
+/* The server, with nbrun serve's defaults (serve_new) and a state of its own. */
+static struct serve *fuzz_s;
 
 void fuzz_check(int ok, const char *what)
 {
@@ -41,7 +38,7 @@ static int fuzz_put(int dirfd, const char *name, const char *text)
 	return rc;
 }
 
-/* A finished run as serve_api_run keeps it: result.json, the notebook, an image and files. */
+/* A finished run as serve_run keeps it: result.json, the notebook, an image and files. */
 static int fuzz_fixture(int runs_fd)
 {
 	static const char result[] =
@@ -90,79 +87,40 @@ out:
 
 static void fuzz_serve_exit(void)
 {
-	char *slash;
-	int fd;
-
-	if (!fuzz_ready)
+	if (!fuzz_s)
 		return;
 	fuzz_stopping = 1;
-	if (fuzz_s.mcp)
-		mcp_server_free(fuzz_s.mcp);
-	serve_sessions_stop(&fuzz_s);
-	close(fuzz_s.runs_fd);
-	slash = strrchr(fuzz_s.state_dir, '/');
-	*slash = '\0';
-	fd = open(fuzz_s.state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		serve_rm_tree(fd, slash + 1);
-		close(fd);
-	}
-	free(fuzz_s.state_dir);
-	free(fuzz_s.runs_dir);
+	mcp_server_free(fuzz_s->mcp);
+	serve_free(fuzz_s); /* its temporary state directory with it */
+	fuzz_s = NULL;
 }
 
 struct serve *fuzz_serve(void)
 {
-	struct serve *s = &fuzz_s;
-	const char *tmpdir = getenv("TMPDIR");
-	char *tmp = NULL;
+	struct serve *s;
 
-	if (fuzz_ready)
-		return s;
+	if (fuzz_s)
+		return fuzz_s;
 	/* Never the machine's engine: every engine call fails as with dockerd down. */
 	setenv("DOCKER_HOST", "unix:///nonexistent/nbrun-fuzz-no-engine.sock", 1);
-	memset(s, 0, sizeof(*s));
-	s->runs_fd = -1;
-	s->stopping = &fuzz_stopping;
+	s = serve_new(&fuzz_stopping);
+	if (!s)
+		goto fail;
 	s->max_runs = 4;
-	s->pool_size = 0;
-	s->keep_runs = SERVE_DEFAULT_KEEP;
-	s->retention_ms = SERVE_DEFAULT_RETENTION_MS;
 	s->max_sessions = 4;
-	s->session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
-	s->session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
-#ifdef SERVE_AUTH_FAILURES
-	/* nbrun serve's connection limits; wrong tokens never rate-limited, so
-	 * that an input is answered the same whatever ran before it. */
-	s->conn_timeout_s = SERVE_CONN_TIMEOUT_S;
-	s->max_conns = SERVE_CONN_LIMIT;
-	s->max_conns_per_ip = SERVE_CONN_PER_IP;
+	/* Wrong tokens never rate-limited, so that an input is answered the same
+	 * whatever ran before it. */
 	s->auth_failures = UINT_MAX;
-#endif
 	snprintf(s->token, sizeof(s->token), "fuzz-token-0123456789abcdef");
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->idle, NULL);
-	s->opts = fuzz_opts;
-	if (asprintf(&s->state_dir, "%s/nbrun-fuzz-XXXXXX",
-		     tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") < 0) {
-		s->state_dir = NULL;
+	if (mcp_open_state(s, NULL) < 0 || fuzz_fixture(s->runs_fd) < 0 ||
+	    serve_sessions_start(s) < 0 || !(s->mcp = mcp_server_new(s)))
 		goto fail;
-	}
-	if (!mkdtemp(s->state_dir) || asprintf(&s->runs_dir, "%s/runs", s->state_dir) < 0 ||
-	    asprintf(&tmp, "%s/tmp", s->state_dir) < 0 || path_mkdir_p(s->runs_dir, 0700) < 0 ||
-	    path_mkdir_p(tmp, 0700) < 0 ||
-	    (s->runs_fd = open(s->runs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-	    fuzz_fixture(s->runs_fd) < 0)
-		goto fail;
-	free(tmp);
-	if (serve_sessions_start(s) < 0 || !(s->mcp = mcp_server_new(s)))
-		goto fail;
-	fuzz_ready = true;
+	fuzz_s = s;
 	atexit(fuzz_serve_exit);
 	return s;
 fail:
 	fprintf(stderr, "fuzz: cannot set up the server state: %s\n", strerror(errno));
-	free(tmp);
+	serve_free(s);
 	return NULL;
 }
 

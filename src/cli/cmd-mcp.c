@@ -20,9 +20,6 @@
 #include "path.h"
 #include "serve.h"
 
-/* How long the end of input waits for cancelled calls to clean up. */
-#define MCP_STDIO_STOP_WAIT_MS 20000
-
 static volatile sig_atomic_t mcp_stopping;
 
 static void mcp_on_signal(int sig)
@@ -111,34 +108,25 @@ int cmd_mcp(int argc, char **argv)
 		CLI_RUN_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	struct mcp_stdio io;
 	struct cli_run_args args;
-	struct serve s;
+	struct serve *s;
 	struct serve_pool_args pool_args;
 	struct sigaction sa;
 	const char *state_dir = NULL, *print_tools = NULL;
-	sigset_t sigs, old;
-	bool temp = false;
 	int64_t n;
 	int c, rc, ret = CLI_EXIT_USAGE;
 
-	memset(&s, 0, sizeof(s));
-	memset(&io, 0, sizeof(io));
-	s.runs_fd = -1;
-	s.stopping = &mcp_stopping;
-	io.stopping = &mcp_stopping;
-	s.max_runs = 4;
 	serve_pool_args_init(&pool_args, 1);
-	pthread_mutex_init(&s.lock, NULL);
-	pthread_cond_init(&s.idle, NULL);
-	pthread_mutex_init(&io.lock, NULL);
-	pthread_mutex_init(&io.out_lock, NULL);
-	pthread_cond_init(&io.idle, NULL);
 	if (cli_run_args_init(&args, argc) < 0) {
 		cli_error("out of memory");
-		ret = CLI_EXIT_FAILED;
-		goto out;
+		return CLI_EXIT_FAILED;
 	}
+	if (!(s = serve_new(&mcp_stopping))) {
+		cli_error("out of memory");
+		cli_run_args_free(&args);
+		return CLI_EXIT_FAILED;
+	}
+	s->max_runs = 4;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "f:e:h", longopts, NULL)) != -1) {
@@ -162,7 +150,7 @@ int cmd_mcp(int argc, char **argv)
 				cli_usage_error("mcp", "--max-runs: '%s' is not a whole number from 1 to 256", optarg);
 				goto out;
 			}
-			s.max_runs = (unsigned int)n;
+			s->max_runs = (unsigned int)n;
 			break;
 		case 'h':
 			mcp_help();
@@ -185,17 +173,17 @@ int cmd_mcp(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "mcp"))
 		goto out;
-	s.opts = args.opts;
-	s.opts.files = NULL;
-	s.opts.file_count = 0;
+	s->opts = args.opts;
+	s->opts.files = NULL;
+	s->opts.file_count = 0;
 	ret = CLI_EXIT_FAILED;
 	if (print_tools) {
-		ret = mcp_print_tools(&s, print_tools);
+		ret = mcp_print_tools(s, print_tools);
 		goto out;
 	}
-	if (mcp_open_state(&s, state_dir, &temp) < 0 || serve_languages_init(&s, "mcp") < 0)
+	if (mcp_open_state(s, state_dir) < 0 || serve_languages_init(s, "mcp") < 0)
 		goto out;
-	if (serve_pool_check(&pool_args, &s, "mcp") < 0) {
+	if (serve_pool_check(&pool_args, s, "mcp") < 0) {
 		ret = CLI_EXIT_USAGE;
 		goto out;
 	}
@@ -206,51 +194,14 @@ int cmd_mcp(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
-	/* The pool's threads leave the signals to this one. */
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, &old);
-	if (s.pool_size)
-		mcp_start_pool(&s, &pool_args);
-	io.m = mcp_server_new(&s);
-	io.sess = io.m ? mcp_session_new(io.m) : NULL;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!io.sess) {
-		cli_error("out of memory");
-		goto out;
-	}
-	fprintf(stderr, "nbrun: mcp: serving on stdio; runs in %s; pool of %u warm sandboxes; "
-		"languages: %s\n", s.runs_dir, s.pool ? s.pool_size : 0, s.languages);
-	mcp_stdio_loop(&io);
-	/* The client is gone or we were told to stop: running calls are cancelled. */
-	mcp_stopping = 1;
-	mcp_server_cancel_all(io.m);
-	mcp_wait_idle(&io, MCP_STDIO_STOP_WAIT_MS);
-	if (io.workers) {
-		cli_error("%u calls did not stop within %d s; exiting without them (nbrun gc removes "
-			  "what they leave)", io.workers, MCP_STDIO_STOP_WAIT_MS / 1000);
+	rc = mcp_stdio_main(s, &pool_args);
+	if (rc == SERVE_STUCK) {
 		fflush(stderr);
 		_exit(CLI_EXIT_FAILED);
 	}
-	ret = CLI_EXIT_OK;
+	ret = rc < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 out:
-	if (io.sess)
-		mcp_session_unref(io.m, io.sess);
-	mcp_server_free(io.m);
-	nbrun_pool_free(s.pool);
-	if (s.runs_fd >= 0)
-		close(s.runs_fd);
-	if (temp)
-		mcp_remove_state(&s);
-	free(s.state_dir);
-	free(s.runs_dir);
-	free(s.languages);
+	serve_free(s);
 	cli_run_args_free(&args);
-	pthread_mutex_destroy(&s.lock);
-	pthread_cond_destroy(&s.idle);
-	pthread_mutex_destroy(&io.lock);
-	pthread_mutex_destroy(&io.out_lock);
-	pthread_cond_destroy(&io.idle);
 	return ret;
 }

@@ -17,10 +17,6 @@
 #include "mcp.h"
 #include "serve.h"
 
-/* How long SIGTERM waits for cancelled runs to clean up before giving up on them. */
-#define SERVE_STOP_WAIT_MS 20000
-#define SERVE_JANITOR_MS 10000
-
 static volatile sig_atomic_t serve_stopping;
 
 static void serve_on_signal(int sig)
@@ -110,16 +106,6 @@ static void serve_help(void)
 	       SERVE_CONN_LIMIT, SERVE_CONN_PER_IP, SERVE_AUTH_FAILURES, cli_run_options_help);
 }
 
-/* ---- state directory --------------------------------------------------------------- */
-
-/* ---- token ------------------------------------------------------------------------ */
-
-/* ---- listening ------------------------------------------------------------------- */
-
-/* ---- command ---------------------------------------------------------------------- */
-
-/* ---- --pool ------------------------------------------------------------------------ */
-
 int cmd_serve(int argc, char **argv)
 {
 	enum {
@@ -153,39 +139,25 @@ int cmd_serve(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_run_args args;
-	struct serve s;
+	struct serve *s;
 	struct serve_pool_args pool_args;
-	struct serve_http *http = NULL;
 	const char *listen_spec = NULL, *sock_path = NULL, *token_file = NULL;
 	const char *node = NULL;
 	char *state_dir = NULL, default_listen[32];
 	struct sigaction sa;
 	int64_t n;
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int c, rc, fd = -1, ret = CLI_EXIT_USAGE;
 	bool socket_made = false;
-	uint64_t last_janitor;
 
-	memset(&s, 0, sizeof(s));
-	s.runs_fd = -1;
-	s.stopping = &serve_stopping;
-	s.max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
 	serve_pool_args_init(&pool_args, 2);
-	s.keep_runs = SERVE_DEFAULT_KEEP;
-	s.retention_ms = SERVE_DEFAULT_RETENTION_MS;
-	s.max_sessions = SERVE_DEFAULT_MAX_SESSIONS;
-	s.session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
-	s.session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
-	s.conn_timeout_s = SERVE_CONN_TIMEOUT_S;
-	s.max_conns = SERVE_CONN_LIMIT;
-	s.max_conns_per_ip = SERVE_CONN_PER_IP;
-	s.auth_failures = SERVE_AUTH_FAILURES;
-	pthread_mutex_init(&s.lock, NULL);
-	pthread_cond_init(&s.idle, NULL);
 	if (cli_run_args_init(&args, argc) < 0) {
 		cli_error("out of memory");
-		ret = CLI_EXIT_FAILED;
-		goto out;
+		return CLI_EXIT_FAILED;
+	}
+	if (!(s = serve_new(&serve_stopping))) {
+		cli_error("out of memory");
+		cli_run_args_free(&args);
+		return CLI_EXIT_FAILED;
 	}
 	optind = 1;
 	opterr = 0;
@@ -207,17 +179,17 @@ int cmd_serve(int argc, char **argv)
 				cli_usage_error("serve", "--max-runs: '%s' is not a whole number from 1 to 4096", optarg);
 				goto out;
 			}
-			s.max_runs = (unsigned int)n;
+			s->max_runs = (unsigned int)n;
 			break;
 		case OPT_KEEP:
 			if (units_parse_count(&n, optarg) < 0 || n > 1000000) {
 				cli_usage_error("serve", "--keep: '%s' is not a whole number from 1 to 1000000", optarg);
 				goto out;
 			}
-			s.keep_runs = (unsigned int)n;
+			s->keep_runs = (unsigned int)n;
 			break;
 		case OPT_RETENTION:
-			if (units_parse_duration(&s.retention_ms, optarg) < 0) {
+			if (units_parse_duration(&s->retention_ms, optarg) < 0) {
 				cli_usage_error("serve", "--retention: '%s' is not a positive duration", optarg);
 				goto out;
 			}
@@ -229,11 +201,11 @@ int cmd_serve(int argc, char **argv)
 				cli_usage_error("serve", "--max-sessions: '%s' is not a whole number from 0 to 4096", optarg);
 				goto out;
 			}
-			s.max_sessions = (unsigned int)n;
+			s->max_sessions = (unsigned int)n;
 			break;
 		case OPT_SESSION_IDLE:
 		case OPT_SESSION_LIFE:
-			if (units_parse_duration(c == OPT_SESSION_IDLE ? &s.session_idle_ms : &s.session_life_ms,
+			if (units_parse_duration(c == OPT_SESSION_IDLE ? &s->session_idle_ms : &s->session_life_ms,
 					       optarg) < 0) {
 				cli_usage_error("serve", "--%s: '%s' is not a positive duration",
 						c == OPT_SESSION_IDLE ? "session-idle" : "session-lifetime", optarg);
@@ -247,7 +219,7 @@ int cmd_serve(int argc, char **argv)
 						optarg);
 				goto out;
 			}
-			s.conn_timeout_s = (unsigned int)(ms / 1000);
+			s->conn_timeout_s = (unsigned int)(ms / 1000);
 			break;
 		}
 		case OPT_MAX_CONNS:
@@ -262,21 +234,21 @@ int cmd_serve(int argc, char **argv)
 				goto out;
 			}
 			if (c == OPT_MAX_CONNS)
-				s.max_conns = (unsigned int)n;
+				s->max_conns = (unsigned int)n;
 			else if (c == OPT_MAX_CONNS_IP)
-				s.max_conns_per_ip = (unsigned int)n;
+				s->max_conns_per_ip = (unsigned int)n;
 			else
-				s.auth_failures = (unsigned int)n;
+				s->auth_failures = (unsigned int)n;
 			break;
 		case OPT_NODE:
 			node = optarg;
 			break;
 		case OPT_PEER:
-			if (serve_peer_add(&s, optarg) < 0)
+			if (serve_peer_add(s, optarg) < 0)
 				goto out;
 			break;
 		case OPT_PEERS_DNS:
-			if (serve_peers_dns(&s, optarg) < 0)
+			if (serve_peers_dns(s, optarg) < 0)
 				goto out;
 			break;
 		case 'h':
@@ -304,26 +276,26 @@ int cmd_serve(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "serve"))
 		goto out;
-	if (serve_node_init(&s, node) < 0)
+	if (serve_node_init(s, node) < 0)
 		goto out;
-	if (s.session_idle_ms > s.session_life_ms)
-		s.session_idle_ms = s.session_life_ms;
-	s.opts = args.opts;
-	s.opts.files = NULL;
-	s.opts.file_count = 0;
-	if (token_file && serve_read_token(&s, token_file) < 0)
+	if (s->session_idle_ms > s->session_life_ms)
+		s->session_idle_ms = s->session_life_ms;
+	s->opts = args.opts;
+	s->opts.files = NULL;
+	s->opts.file_count = 0;
+	if (token_file && serve_read_token(s, token_file) < 0)
 		goto out;
 	if (serve_check_engine() < 0) {
 		ret = CLI_EXIT_ENGINE;
 		goto out;
 	}
 	/* The image's languages, which requests and --pool may name. */
-	if (serve_languages_init(&s, "serve") < 0) {
+	if (serve_languages_init(s, "serve") < 0) {
 		cli_error("out of memory");
 		ret = CLI_EXIT_FAILED;
 		goto out;
 	}
-	if (serve_pool_check(&pool_args, &s, "serve") < 0)
+	if (serve_pool_check(&pool_args, s, "serve") < 0)
 		goto out;
 	/* Usage first (nothing made), then the state directory. */
 	if (sock_path) {
@@ -342,10 +314,10 @@ int cmd_serve(int argc, char **argv)
 		cli_error("no state directory: set --state-dir, NBRUN_STATE_DIR or HOME");
 		goto out;
 	}
-	if (serve_open_state(&s, state_dir) < 0 || (!token_file && serve_make_token(&s) < 0))
+	if (serve_open_state(s, state_dir) < 0 || (!token_file && serve_make_token(s) < 0))
 		goto out;
-	serve_janitor(&s, true);
-	if (s.pool_size && serve_start_pool(&s, &pool_args) < 0) {
+	serve_janitor(s, true);
+	if (s->pool_size && serve_start_pool(s, &pool_args) < 0) {
 		ret = CLI_EXIT_ENGINE;
 		goto out;
 	}
@@ -357,76 +329,22 @@ int cmd_serve(int argc, char **argv)
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
 
-	if (serve_sessions_start(&s) < 0)
-		goto out;
-	s.mcp = mcp_server_new(&s);
-	if (!s.mcp) {
-		cli_error("out of memory");
-		goto out;
-	}
-	http = serve_http_start(&s, fd);
+	rc = serve_http_main(s, fd, socket_made ? sock_path : NULL);
 	fd = -1;
-	if (!http)
-		goto out;
-	fprintf(stderr, "nbrun: serve: state in %s; %u runs at once; pool of %u warm sandboxes; "
-		"languages: %s\n", s.state_dir, s.max_runs, s.pool_size, s.languages);
-	last_janitor = clock_mono_ms();
-	while (!serve_stopping) {
-		struct timespec ts = { 0, 200 * 1000000L };
-		nanosleep(&ts, NULL);
-		if (clock_mono_ms() - last_janitor >= SERVE_JANITOR_MS) {
-			serve_janitor(&s, false);
-			last_janitor = clock_mono_ms();
-		}
-	}
-	fprintf(stderr, "nbrun: serve: stopping: no new connections, cancelling %u running runs\n",
-		s.runs_active);
-	serve_http_quiesce(http);
-	mcp_server_cancel_all(s.mcp);
-	serve_sessions_interrupt_all(&s);
-	if (socket_made) {
-		unlink(sock_path);
-		socket_made = false;
-	}
-	/*
-	 * serve_stopping is every run's cancel flag: the library removes their
-	 * containers. Their requests get their 503 before the connections close.
-	 */
-	serve_wait_idle(&s, SERVE_STOP_WAIT_MS);
-	if (s.runs_active) {
-		/* Their threads are still in the library: nothing they use may be freed. */
-		cli_error("%u runs did not stop within %d s; exiting without them (nbrun gc removes "
-			  "what they leave)", s.runs_active, SERVE_STOP_WAIT_MS / 1000);
+	socket_made = false;
+	if (rc == SERVE_STUCK) {
 		fflush(stderr);
 		_exit(CLI_EXIT_FAILED);
 	}
-	serve_http_stop(http);
-	http = NULL;
-	ret = CLI_EXIT_OK;
+	ret = rc < 0 ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 out:
-	serve_http_stop(http);
-	mcp_server_free(s.mcp);
-	/* Every session's sandbox is removed before the server exits. */
-	serve_sessions_stop(&s);
-	serve_idem_free(&s);
-	for (size_t i = 0; i < s.n_tenant_tokens; i++)
-		free(s.tenant_tokens[i]);
-	free(s.tenant_tokens);
-	/* Every warm sandbox is removed before the server exits. */
-	nbrun_pool_free(s.pool);
 	if (fd >= 0)
 		close(fd);
 	if (socket_made)
 		unlink(sock_path);
-	if (s.runs_fd >= 0)
-		close(s.runs_fd);
-	free(s.state_dir);
-	free(s.languages);
-	serve_peers_free(&s);
-	free(s.runs_dir);
+	serve_peers_free(s);
+	serve_free(s);
 	free(state_dir);
 	cli_run_args_free(&args);
-	pthread_mutex_destroy(&s.lock);
-	pthread_cond_destroy(&s.idle);
 	return ret;
 }

@@ -116,8 +116,10 @@ struct serve {
 	char node[WIRE_NODE_MAX + 1];
 	/* The nodes it forwards other nodes' sessions to (http/forward.c); NULL: none. */
 	struct serve_peers *peers;
-	/* Raised by SIGTERM/SIGINT: the cancel flag of every run. */
-	const volatile sig_atomic_t *stopping;
+	/* Raised by SIGTERM/SIGINT (or the end of an MCP client's input): the
+	 * cancel flag of every run. */
+	volatile sig_atomic_t *stopping;
+	bool state_temp;               /* state_dir is this server's own: removed by serve_free() */
 
 	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t idle;  /* signalled when runs_active drops, and when a keyed run ends */
@@ -216,6 +218,20 @@ struct serve_reply {
 
 /* server.c */
 /*
+ * A server with nbrun serve's defaults (the library's run options, twice as
+ * many runs at once as there are cores, the default limits), stopping when
+ * *stopping is raised. NULL when out of memory.
+ */
+struct serve *serve_new(volatile sig_atomic_t *stopping);
+/*
+ * Free s: every session's and every warm sandbox is removed first, and a
+ * temporary state directory (mcp_open_state) with them. NULL is fine.
+ */
+void serve_free(struct serve *s);
+/* serve_http_main() and mcp_stdio_main() when runs did not stop in time:
+ * their threads still use s, so the caller exits without freeing it. */
+#define SERVE_STUCK (-2)
+/*
  * Find the server's languages (s->languages) from its image; when the
  * engine cannot say, Python only, with a warning naming who (prog) warns.
  * -1 when out of memory.
@@ -263,10 +279,9 @@ int serve_start_pool(struct serve *s, const struct serve_pool_args *pa);
 int serve_check_engine(void);
 /*
  * nbrun mcp's state: dir when given (kept), else a private temporary
- * directory (*temp set; mcp_remove_state() removes it). 0 or -1 (logged).
+ * directory (s->state_temp set; serve_free() removes it). 0 or -1 (logged).
  */
-int mcp_open_state(struct serve *s, const char *dir, bool *temp);
-void mcp_remove_state(struct serve *s);
+int mcp_open_state(struct serve *s, const char *dir);
 /* nbrun mcp's warm pool; a failure is logged and the server goes on cold. */
 void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa);
 
@@ -423,6 +438,14 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd);
 void serve_http_quiesce(struct serve_http *h);
 /* Close every connection and stop. */
 void serve_http_stop(struct serve_http *h);
+/*
+ * nbrun serve from here on: the session table, MCP at /mcp and HTTP on
+ * listen_fd (taken over), the janitor every while, until *s->stopping; then
+ * no new connections (sock_path, when not NULL, is unlinked), every run
+ * cancelled and waited for. 0 when stopped in order; -1 when it could not
+ * start (logged); SERVE_STUCK.
+ */
+int serve_http_main(struct serve *s, int listen_fd, const char *sock_path);
 
 /* http/listen.c */
 /*

@@ -151,18 +151,18 @@ int serve_check_engine(void)
 	return rc < 0 && !failed ? -1 : 0;
 }
 
-int mcp_open_state(struct serve *s, const char *dir, bool *temp)
+int mcp_open_state(struct serve *s, const char *dir)
 {
 	const char *tmpdir = getenv("TMPDIR");
 	char *tmp = NULL;
 	int rc = -1;
 
-	*temp = !dir;
+	s->state_temp = !dir;
 	if (!dir) {
 		if (asprintf(&s->state_dir, "%s/nbrun-mcp-XXXXXX", tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") < 0 ||
 		    !mkdtemp(s->state_dir)) {
 			serve_err("cannot make a temporary directory: %s", strerror(errno));
-			*temp = false;
+			s->state_temp = false;
 			goto out;
 		}
 	} else if (!(s->state_dir = realpath(dir, NULL)) && (path_mkdir_p(dir, 0700) < 0 ||
@@ -187,7 +187,7 @@ out:
 	return rc;
 }
 
-void mcp_remove_state(struct serve *s)
+static void serve_remove_state(struct serve *s)
 {
 	char *slash = s->state_dir ? strrchr(s->state_dir, '/') : NULL;
 	int fd;
@@ -201,6 +201,56 @@ void mcp_remove_state(struct serve *s)
 		close(fd);
 	}
 	*slash = '/';
+}
+
+struct serve *serve_new(volatile sig_atomic_t *stopping)
+{
+	static const struct nbrun_run_options run_defaults = NBRUN_RUN_OPTIONS_INIT;
+	struct serve *s = calloc(1, sizeof(*s));
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (!s)
+		return NULL;
+	s->opts = run_defaults;
+	s->runs_fd = -1;
+	s->stopping = stopping;
+	s->max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
+	s->keep_runs = SERVE_DEFAULT_KEEP;
+	s->retention_ms = SERVE_DEFAULT_RETENTION_MS;
+	s->max_sessions = SERVE_DEFAULT_MAX_SESSIONS;
+	s->session_idle_ms = SERVE_DEFAULT_SESSION_IDLE_MS;
+	s->session_life_ms = SERVE_DEFAULT_SESSION_LIFE_MS;
+	s->conn_timeout_s = SERVE_CONN_TIMEOUT_S;
+	s->max_conns = SERVE_CONN_LIMIT;
+	s->max_conns_per_ip = SERVE_CONN_PER_IP;
+	s->auth_failures = SERVE_AUTH_FAILURES;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->idle, NULL);
+	return s;
+}
+
+void serve_free(struct serve *s)
+{
+	if (!s)
+		return;
+	/* Every session's sandbox is removed before the server exits. */
+	serve_sessions_stop(s);
+	serve_idem_free(s);
+	for (size_t i = 0; i < s->n_tenant_tokens; i++)
+		free(s->tenant_tokens[i]);
+	free(s->tenant_tokens);
+	/* Every warm sandbox is removed before the server exits. */
+	nbrun_pool_free(s->pool);
+	if (s->runs_fd >= 0)
+		close(s->runs_fd);
+	if (s->state_temp)
+		serve_remove_state(s);
+	free(s->state_dir);
+	free(s->runs_dir);
+	free(s->languages);
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->idle);
+	free(s);
 }
 
 void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa)

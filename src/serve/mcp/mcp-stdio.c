@@ -4,6 +4,7 @@
  * read while a tool runs. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,9 @@
 #include "buf.h"
 #include "clock.h"
 #include "mcp.h"
+
+/* How long the end of input waits for cancelled calls to clean up. */
+#define MCP_STDIO_STOP_WAIT_MS 20000
 
 /* Requests served at once off the reader (tools/call, resources/read); more wait in line. */
 #define MCP_STDIO_WORKERS 16
@@ -188,4 +192,52 @@ void mcp_wait_idle(struct mcp_stdio *io, uint64_t ms)
 		clock_cond_wait_ms(&io->idle, &io->lock, 200);
 	}
 	pthread_mutex_unlock(&io->lock);
+}
+
+int mcp_stdio_main(struct serve *s, const struct serve_pool_args *pa)
+{
+	struct mcp_stdio io;
+	sigset_t sigs, old;
+	int ret = -1;
+
+	memset(&io, 0, sizeof(io));
+	io.stopping = s->stopping;
+	pthread_mutex_init(&io.lock, NULL);
+	pthread_mutex_init(&io.out_lock, NULL);
+	pthread_cond_init(&io.idle, NULL);
+	/* The pool's and the table's threads leave the signals to this one. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	if (s->pool_size)
+		mcp_start_pool(s, pa);
+	io.m = serve_sessions_start(s) == 0 ? mcp_server_new(s) : NULL;
+	io.sess = io.m ? mcp_session_new(io.m) : NULL;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!io.sess) {
+		serve_err("out of memory");
+		goto out;
+	}
+	serve_info("nbrun: mcp: serving on stdio; runs in %s; pool of %u warm sandboxes; "
+		   "languages: %s", s->runs_dir, s->pool ? s->pool_size : 0, s->languages);
+	mcp_stdio_loop(&io);
+	/* The client is gone or we were told to stop: running calls are cancelled. */
+	*s->stopping = 1;
+	mcp_server_cancel_all(io.m);
+	mcp_wait_idle(&io, MCP_STDIO_STOP_WAIT_MS);
+	if (io.workers) {
+		serve_err("%u calls did not stop within %d s; exiting without them (nbrun gc removes "
+			  "what they leave)", io.workers, MCP_STDIO_STOP_WAIT_MS / 1000);
+		return SERVE_STUCK;
+	}
+	ret = 0;
+out:
+	if (io.sess)
+		mcp_session_unref(io.m, io.sess);
+	mcp_server_free(io.m);
+	pthread_mutex_destroy(&io.lock);
+	pthread_mutex_destroy(&io.out_lock);
+	pthread_cond_destroy(&io.idle);
+	return ret;
 }

@@ -88,5 +88,12 @@ struct mcp_stdio {
 void mcp_stdio_loop(struct mcp_stdio *io);
 /* Wait at most ms for the requests still being served to end. */
 void mcp_wait_idle(struct mcp_stdio *io, uint64_t ms);
+/*
+ * nbrun mcp from here on: the warm pool of pa, the session table, one MCP
+ * session answered on stdio until the end of input or *s->stopping, then
+ * every call cancelled and waited for. 0, -1 when it could not start
+ * (logged), or SERVE_STUCK.
+ */
+int mcp_stdio_main(struct serve *s, const struct serve_pool_args *pa);
 
 #endif
