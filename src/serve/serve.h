@@ -45,6 +45,8 @@
 #define SERVE_IDEM_GRACE_MS (120u * 1000u)
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
+/* The longest owner of a session (an MCP session id). */
+#define WIRE_OWNER_MAX 64
 
 /*
  * The service's messages (log.c): one line each, without a newline. INFO
@@ -429,6 +431,19 @@ int serve_sessions_start(struct serve *s);
 void serve_sessions_interrupt_all(struct serve *s);
 /* Close every session and stop the reaper; NULL table is fine. */
 void serve_sessions_stop(struct serve *s);
+struct serve_session;
+/*
+ * Open a session of tenant from req (its files, env and language), idle
+ * for at most idle_ms; owner: the MCP session that opens it (no one else
+ * may use it), or NULL; cancel: what stops its start. The session, held
+ * (sess_put() when done), or NULL with the error in err (busy at the
+ * server's --max-sessions).
+ */
+struct serve_session *serve_session_open(struct serve *s, struct serve_reply *err, int tenant,
+					 const char *owner, const struct serve_request *req,
+					 uint64_t idle_ms, const volatile sig_atomic_t *cancel);
+/* Close the sessions owner opened (its MCP session ended). */
+void serve_sessions_close_owner(struct serve *s, const char *owner);
 
 /* http/http.c */
 struct serve_http;

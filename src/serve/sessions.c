@@ -34,13 +34,13 @@ void sess_destroy(struct serve *s, struct serve_session *ss)
 }
 
 /* The session id of tenant, held (refs + 1); NULL when there is none (another tenant's too). */
-struct serve_session *sess_get(struct serve *s, const char *id, int tenant)
+struct serve_session *sess_get(struct serve *s, const char *id, int tenant, const char *owner)
 {
 	struct serve_session *ss;
 
 	pthread_mutex_lock(&s->sessions->mu);
 	for (ss = s->sessions->list; ss; ss = ss->next)
-		if (!strcmp(ss->id, id) && ss->tenant == tenant)
+		if (!strcmp(ss->id, id) && ss->tenant == tenant && (!owner || !strcmp(ss->owner, owner)))
 			break;
 	if (ss)
 		ss->refs++;
@@ -109,6 +109,120 @@ void sess_close(struct serve *s, struct serve_session *ss, const char *why)
 	pthread_mutex_unlock(&s->sessions->mu);
 	if (ss->busy)
 		nbrun_session_interrupt(ss->ns);
+}
+
+struct serve_session *serve_session_open(struct serve *s, struct serve_reply *err, int tenant,
+					 const char *owner, const struct serve_request *req,
+					 uint64_t idle_ms, const volatile sig_atomic_t *cancel)
+{
+	struct nbrun_run_options opts = s->opts;
+	struct nbrun_session *ns = NULL;
+	struct nbrun_ctx *ctx = NULL;
+	struct serve_session *ss = NULL;
+	bool full;
+	int rc;
+
+	pthread_mutex_lock(&s->sessions->mu);
+	full = s->sessions->count >= s->max_sessions || *s->stopping;
+	if (!full)
+		s->sessions->count++; /* reserved */
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (full) {
+		serve_reply_error(err, SERVE_E_BUSY, "%u sessions are open, the most this server keeps",
+				  s->max_sessions);
+		err->retry_after = 30;
+		return NULL;
+	}
+	opts.files = (const char *const *)req->files;
+	opts.file_count = req->file_count;
+	opts.env = (const char *const *)req->env;
+	opts.env_count = req->env_count;
+	opts.pool = s->pool;
+	opts.cancel = cancel ? cancel : s->stopping;
+	opts.on_event = NULL;
+	opts.language = req->language;
+	if (nbrun_ctx_new(&ctx) < 0)
+		rc = NBRUN_ENOMEM;
+	else
+		rc = nbrun_session_open(&ns, ctx, &opts);
+	if (rc == 0 && !(ss = calloc(1, sizeof(*ss))))
+		rc = NBRUN_ENOMEM;
+	if (rc == 0) {
+		snprintf(ss->dir_name, sizeof(ss->dir_name), "%s", nbrun_session_id(ns));
+		/* NODE~ID names the node of a cluster; a server with no node name
+		 * (nbrun mcp) hands out the library's id alone. */
+		if (s->node[0])
+			snprintf(ss->id, sizeof(ss->id), "%s~%s", s->node, ss->dir_name);
+		else
+			snprintf(ss->id, sizeof(ss->id), "%s", ss->dir_name);
+		snprintf(ss->owner, sizeof(ss->owner), "%s", owner ? owner : "");
+		ss->ns = ns;
+		ns = NULL;
+		ss->tenant = tenant;
+		ss->idle_ms = idle_ms;
+		ss->language = req->language ? req->language : "python";
+		ss->created_ms = ss->last_ms = clock_mono_ms();
+		ss->refs = 1;
+		ss->dir_fd = -1;
+		if (mkdirat(s->sessions->dir_fd, ss->dir_name, 0700) < 0 ||
+		    (ss->dir_fd = openat(s->sessions->dir_fd, ss->dir_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+		    asprintf(&ss->dir, "%s/%s", s->sessions->dir, ss->dir_name) < 0) {
+			ss->dir = NULL;
+			rc = NBRUN_EIO;
+		}
+	}
+	pthread_mutex_lock(&s->sessions->mu);
+	if (rc == 0) {
+		ss->next = s->sessions->list;
+		s->sessions->list = ss;
+	} else {
+		s->sessions->count--;
+	}
+	pthread_mutex_unlock(&s->sessions->mu);
+	if (rc < 0) {
+		serve_reply_lib_error(err, rc,
+				      rc == NBRUN_ENOMEM ? "out of memory"
+				      : rc == NBRUN_EIO ? "cannot make the session's directory"
+							: nbrun_ctx_errmsg(ctx),
+				      "the session call");
+		if (ss) {
+			ss->closing = true;
+			sess_destroy(s, ss);
+		}
+		ss = NULL;
+	}
+	nbrun_session_close(ns);
+	nbrun_ctx_free(ctx);
+	return ss;
+}
+
+void serve_sessions_close_owner(struct serve *s, const char *owner)
+{
+	struct serve_session *ss, *next, *gone = NULL;
+
+	if (!s->sessions || !owner || !*owner)
+		return;
+	pthread_mutex_lock(&s->sessions->mu);
+	for (ss = s->sessions->list; ss; ss = next) {
+		next = ss->next;
+		if (strcmp(ss->owner, owner))
+			continue;
+		sess_unlink(s, ss);
+		serve_info("nbrun: serve: session %s closed (its MCP session ended)", ss->id);
+		if (ss->busy)
+			nbrun_session_interrupt(ss->ns);
+		if (!ss->refs) {
+			ss->next = gone;
+			gone = ss;
+		}
+	}
+	pthread_mutex_unlock(&s->sessions->mu);
+	while (gone) {
+		next = gone->next;
+		sess_destroy(s, gone);
+		gone = next;
+	}
 }
 
 static void *sess_reaper(void *arg)

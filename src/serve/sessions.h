@@ -12,6 +12,7 @@ struct serve_session {
 	char id[WIRE_NODE_MAX + 1 + 16]; /* NODE~<the library's id> */
 	char dir_name[16];                /* the library's id: its directory */
 	int tenant;
+	char owner[WIRE_OWNER_MAX + 1]; /* the MCP session that opened it ("": the HTTP API's) */
 	struct nbrun_session *ns;
 	int dir_fd;                 /* STATE/sessions/<id>: one directory per execution */
 	char *dir;
@@ -37,8 +38,11 @@ struct serve_sessions {
 
 /* Remove a session no request holds any more: its kernel, directory and memory. */
 void sess_destroy(struct serve *s, struct serve_session *ss);
-/* The session id of tenant, held (refs + 1); NULL when there is none (another tenant's too). */
-struct serve_session *sess_get(struct serve *s, const char *id, int tenant);
+/*
+ * The session id of tenant, held (refs + 1); NULL when there is none
+ * (another tenant's too). With owner, only a session that owner opened.
+ */
+struct serve_session *sess_get(struct serve *s, const char *id, int tenant, const char *owner);
 /* Let go of a held session (the last holder of a closed one removes it). */
 void sess_put(struct serve *s, struct serve_session *ss);
 /* Take the session for one operation; false when another one runs. */

@@ -476,6 +476,74 @@ def case_run_stream():
     return "nbrun run --stream printed the first line %.2f s before the value" % gap
 
 
+def mcp_call(srv, msg, sid=None):
+    """One JSON-RPC message to /mcp: (HTTP status, reply, Mcp-Session-Id header)."""
+    extra = ["-H", "Accept: application/json, text/event-stream",
+             "-H", "MCP-Protocol-Version: 2025-11-25"]
+    if sid:
+        extra += ["-H", "Mcp-Session-Id: " + sid]
+    st, body, head = srv.curl("/mcp", msg, extra=extra)
+    got = [l.split(":", 1)[1].strip() for l in head.splitlines() if l.lower().startswith("mcp-session-id:")]
+    text = body.decode()
+    if "text/event-stream" in head:  # the reply is the last data line of the stream
+        text = [l[5:] for l in text.splitlines() if l.startswith("data:")][-1]
+    return st, (json.loads(text) if text.strip() else None), (got[0] if got else None)
+
+
+def mcp_tool(srv, sid, name, args, rid=[10]):
+    rid[0] += 1
+    st, doc, _ = mcp_call(srv, {"jsonrpc": "2.0", "id": rid[0], "method": "tools/call",
+                                "params": {"name": name, "arguments": args}}, sid)
+    check(st == 200 and "result" in doc, "%s: %d %r" % (name, st, doc))
+    return doc["result"]
+
+
+def case_one_table():
+    """HTTP sessions and the MCP tools' sessions are one table with one limit."""
+    srv = server(pool=0, extra=["--max-sessions", "2"])
+    try:
+        st, init, msid = mcp_call(srv, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "one-table", "version": "1"}}})
+        check(st == 200 and msid, "initialize: %d %r" % (st, init))
+        mcp_call(srv, {"jsonrpc": "2.0", "method": "notifications/initialized"}, msid)
+        http_sid = open_session(srv)
+        opened = mcp_tool(srv, msid, "session_open", {})
+        check(opened.get("isError") is False, "MCP session_open: %r" % opened)
+        mcp_sid = opened["structuredContent"]["session_id"]
+        st, lst = srv.json("/v1/sessions")
+        ids = sorted(x["id"] for x in lst["sessions"])
+        check(st == 200 and ids == sorted([http_sid, mcp_sid]), "one list holds both: %r" % lst)
+        # the limit counts both doors' sessions
+        full = mcp_tool(srv, msid, "session_open", {})
+        text = full["content"][0]["text"]
+        check(full.get("isError") is True and "2 sessions are open" in text, "MCP at the limit: %r" % full)
+        st, doc = srv.json("/v1/sessions", {})
+        check(st == 503 and doc.get("kind") == "busy", "HTTP at the limit: %d %r" % (st, doc))
+        # the MCP tools reach only the sessions their MCP session opened
+        other = mcp_tool(srv, msid, "session_execute", {"session_id": http_sid, "code": "1"})
+        check(other.get("isError") is True and "no open session" in other["content"][0]["text"],
+              "an HTTP session through MCP: %r" % other)
+        done = mcp_tool(srv, msid, "session_execute", {"session_id": mcp_sid, "code": "x = 41\nx + 1"})
+        check(done.get("isError") is False and "42" in json.dumps(done), "MCP execute: %r" % done)
+        # the MCP session's end closes its sessions, and frees their place
+        st, _, _ = srv.curl("/mcp", method="DELETE", extra=["-H", "Mcp-Session-Id: " + msid,
+                                                           "-H", "MCP-Protocol-Version: 2025-11-25"])
+        check(st in (200, 204), "DELETE /mcp: %d" % st)
+        st, lst = srv.json("/v1/sessions")
+        check([x["id"] for x in lst["sessions"]] == [http_sid], "after the MCP session: %r" % lst)
+        gone(mcp_sid)
+        again = open_session(srv)
+        for sid in (http_sid, again):
+            st, _ = srv.json("/v1/sessions/" + sid, method="DELETE")
+            check(st == 200, "DELETE %s: %d" % (sid, st))
+        gone(http_sid)
+        gone(again)
+        return "2 sessions in all across HTTP and MCP (503 busy, tool error); one list; MCP's own only; closed with its MCP session"
+    finally:
+        srv.stop()
+
+
 def main():
     cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:

@@ -39,17 +39,14 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 				      unsigned int *status)
 {
 	struct serve_reply err = SERVE_REPLY_INIT;
+	struct serve_run_args a = { 0 };
 	struct serve_request req;
-	struct nbrun_run_options opts = s->opts;
-	struct nbrun_session *ns = NULL;
-	struct nbrun_ctx *ctx = NULL;
-	struct serve_session *ss = NULL;
-	json_t *doc, *v, *fwd = NULL;
+	struct serve_session *ss;
+	json_t *doc, *v;
 	const char *key;
-	char *text = NULL, tmp_root[4096];
+	char tmp_root[4096];
 	uint64_t idle = s->session_idle_ms;
 	struct MHD_Response *r = NULL;
-	int rc;
 
 	memset(&req, 0, sizeof(req));
 	doc = json_loadb(len ? body : "{}", len ? len : 2, JSON_REJECT_DUPLICATES, NULL);
@@ -74,83 +71,19 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 		goto out;
 	}
 	/* env, files and language are checked as a run's are. */
-	fwd = json_pack("{s:s}", "code", "");
-	if (fwd && json_object_get(doc, "env"))
-		json_object_set(fwd, "env", json_object_get(doc, "env"));
-	if (fwd && json_object_get(doc, "language"))
-		json_object_set(fwd, "language", json_object_get(doc, "language"));
-	if (fwd && json_object_get(doc, "files"))
-		json_object_set(fwd, "files", json_object_get(doc, "files"));
-	text = fwd ? json_dumps(fwd, JSON_COMPACT) : NULL;
-	if (!text) {
-		r = serve_error_response(status, SERVE_E_INTERNAL, "out of memory");
+	v = json_object_get(doc, "language");
+	if (v && !json_is_string(v)) {
+		r = serve_error_response(status, SERVE_E_REQUEST, "language: want a string such as \"python\"");
 		goto out;
 	}
+	a.code = "";
+	a.language = json_string_value(v);
+	a.env = json_object_get(doc, "env");
+	a.files = json_object_get(doc, "files");
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", s->state_dir);
-	if (serve_request_parse(&req, &err, s, text, strlen(text), tmp_root) < 0) {
+	if (serve_request_init(&req, &err, s, &a, tmp_root) < 0 ||
+	    !(ss = serve_session_open(s, &err, tenant, NULL, &req, idle, NULL))) {
 		r = serve_reply_response(status, &err);
-		goto out;
-	}
-	pthread_mutex_lock(&s->sessions->mu);
-	rc = s->sessions->count >= s->max_sessions || *s->stopping ? -1 : 0;
-	if (rc == 0)
-		s->sessions->count++; /* reserved */
-	pthread_mutex_unlock(&s->sessions->mu);
-	if (rc < 0) {
-		r = serve_error_response(status, SERVE_E_BUSY, "%u sessions are open, the most this server keeps",
-			       s->max_sessions);
-		if (r)
-			MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "30");
-		goto out;
-	}
-	opts.files = (const char *const *)req.files;
-	opts.file_count = req.file_count;
-	opts.env = (const char *const *)req.env;
-	opts.env_count = req.env_count;
-	opts.pool = s->pool;
-	opts.cancel = s->stopping;
-	opts.on_event = NULL;
-	opts.language = req.language;
-	if (nbrun_ctx_new(&ctx) < 0)
-		rc = NBRUN_ENOMEM;
-	else
-		rc = nbrun_session_open(&ns, ctx, &opts);
-	if (rc == 0 && !(ss = calloc(1, sizeof(*ss))))
-		rc = NBRUN_ENOMEM;
-	if (rc == 0) {
-		snprintf(ss->dir_name, sizeof(ss->dir_name), "%s", nbrun_session_id(ns));
-		snprintf(ss->id, sizeof(ss->id), "%s~%s", s->node, ss->dir_name);
-		ss->ns = ns;
-		ns = NULL;
-		ss->tenant = tenant;
-		ss->idle_ms = idle;
-		ss->language = req.language ? req.language : "python";
-		ss->created_ms = ss->last_ms = clock_mono_ms();
-		ss->dir_fd = -1;
-		if (mkdirat(s->sessions->dir_fd, ss->dir_name, 0700) < 0 ||
-		    (ss->dir_fd = openat(s->sessions->dir_fd, ss->dir_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-		    asprintf(&ss->dir, "%s/%s", s->sessions->dir, ss->dir_name) < 0) {
-			ss->dir = NULL;
-			rc = NBRUN_EIO;
-		}
-	}
-	pthread_mutex_lock(&s->sessions->mu);
-	if (rc == 0) {
-		ss->next = s->sessions->list;
-		s->sessions->list = ss;
-	} else {
-		s->sessions->count--;
-	}
-	pthread_mutex_unlock(&s->sessions->mu);
-	if (rc < 0) {
-		r = sess_lib_error(status, rc, rc == NBRUN_ENOMEM ? "out of memory"
-					       : rc == NBRUN_EIO ? "cannot make the session's directory"
-								 : nbrun_ctx_errmsg(ctx));
-		if (ss) {
-			ss->closing = true;
-			sess_destroy(s, ss);
-		}
 		goto out;
 	}
 	serve_info("nbrun: serve: session %s opened (%s, idle timeout %llu s)", ss->id,
@@ -158,13 +91,10 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	r = sess_json(status, 201, json_pack("{s:s, s:s, s:I, s:I}", "id", ss->id, "language",
 					     ss->language, "timeout_idle_s", (json_int_t)(idle / 1000),
 					     "lifetime_s", (json_int_t)(s->session_life_ms / 1000)));
+	sess_put(s, ss);
 out:
-	nbrun_session_close(ns);
-	nbrun_ctx_free(ctx);
 	serve_request_free(&req);
 	json_decref(doc);
-	json_decref(fwd);
-	free(text);
 	return r;
 }
 
@@ -547,7 +477,7 @@ struct MHD_Response *serve_sessions_handle(struct serve *s, struct MHD_Connectio
 	if (tilde && ((size_t)(tilde - id) != strlen(s->node) || strncmp(id, s->node, tilde - id)) &&
 	    serve_forward(&r, s, c, id, method, url, body, len, status) == 0)
 		return r;
-	ss = sess_get(s, id, tenant);
+	ss = sess_get(s, id, tenant, NULL);
 	if (!ss)
 		return serve_error_response(status, SERVE_E_NOT_FOUND, "no session %.96s", id);
 	if (!*rest && get) {

@@ -47,9 +47,16 @@ struct MHD_Response *serve_error_response(unsigned int *status, enum serve_kind 
 struct MHD_Response *serve_reply_response(unsigned int *status, struct serve_reply *reply)
 {
 	json_t *body = reply->body;
+	struct MHD_Response *r;
+	char retry[16];
 
 	reply->body = NULL;
-	return sess_json(status, serve_kind_status(reply->kind), body);
+	r = sess_json(status, serve_kind_status(reply->kind), body);
+	if (r && reply->retry_after) {
+		snprintf(retry, sizeof(retry), "%u", reply->retry_after);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+	}
+	return r;
 }
 
 struct MHD_Response *sess_lib_error(unsigned int *status, int rc, const char *msg)

@@ -13,7 +13,6 @@
 #include "serve.h"
 
 struct mcp_server;
-struct mcp_boxes;
 
 /*
  * Limits (docs/mcp.md, `nbrun mcp --help`): a message (a stdio line or a POST
@@ -46,7 +45,6 @@ struct mcp_call_ctx {
 	unsigned int progress;               /* notifications sent */
 	struct mcp_server *m;
 	void *call;                          /* the running request (mcp.c) */
-	struct mcp_boxes *boxes;             /* the server's sessions */
 	const char *owner;                   /* the MCP session's id */
 	int tenant;                          /* the serve token of the MCP session (0 on stdio) */
 	/* What notifications/cancelled does besides raising the flag: interrupt

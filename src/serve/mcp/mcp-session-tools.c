@@ -14,93 +14,31 @@
 #include "clock.h"
 #include "mcp-session-tools.h"
 
-/* A session of the library, owned by the MCP session that opened it. */
-struct mcp_box {
-	struct nbrun_session *ss; /* NULL: a free slot */
-	char id[32];
-	char owner[33];
-	bool busy;                /* a call uses it (one at a time) */
-	uint64_t used;
-};
-
-struct mcp_boxes {
-	pthread_mutex_t lock;
-	struct mcp_box box[MCP_BOXES_MAX];
-};
-
-struct mcp_boxes *mcp_boxes_new(void)
+/*
+ * The caller's session by id (one its MCP session opened), held and claimed;
+ * NULL with a reason.
+ */
+static struct serve_session *mcp_box_take(struct mcp_call_ctx *cc, const char *id, char *why,
+					  size_t len)
 {
-	struct mcp_boxes *b = calloc(1, sizeof(*b));
+	struct serve_session *ss = id ? sess_get(cc->s, id, cc->tenant, cc->owner) : NULL;
 
-	if (b)
-		pthread_mutex_init(&b->lock, NULL);
-	return b;
-}
-
-void mcp_boxes_free(struct mcp_boxes *b)
-{
-	if (!b)
-		return;
-	for (size_t i = 0; i < MCP_BOXES_MAX; i++)
-		nbrun_session_close(b->box[i].ss);
-	pthread_mutex_destroy(&b->lock);
-	free(b);
-}
-
-/* Take out (under the lock) the sessions matching owner, or idle too long when owner is NULL; close them after. */
-static void mcp_boxes_reap(struct mcp_boxes *b, const char *owner)
-{
-	struct nbrun_session *gone[MCP_BOXES_MAX];
-	size_t n = 0;
-	uint64_t now = clock_mono_ms();
-
-	pthread_mutex_lock(&b->lock);
-	for (size_t i = 0; i < MCP_BOXES_MAX; i++) {
-		struct mcp_box *x = &b->box[i];
-		if (!x->ss || x->busy)
-			continue;
-		if (owner ? !strcmp(x->owner, owner) : now - x->used > MCP_BOX_IDLE_MS) {
-			gone[n++] = x->ss;
-			memset(x, 0, sizeof(*x));
-		}
-	}
-	pthread_mutex_unlock(&b->lock);
-	for (size_t i = 0; i < n; i++)
-		nbrun_session_close(gone[i]);
-}
-
-void mcp_boxes_close_owner(struct mcp_boxes *b, const char *owner)
-{
-	mcp_boxes_reap(b, owner);
-}
-
-/* The caller's session by id, marked busy; NULL with a reason. */
-static struct mcp_box *mcp_box_take(struct mcp_call_ctx *cc, const char *id, char *why, size_t len)
-{
-	struct mcp_box *found = NULL;
-
-	pthread_mutex_lock(&cc->boxes->lock);
-	for (size_t i = 0; id && i < MCP_BOXES_MAX; i++) {
-		struct mcp_box *x = &cc->boxes->box[i];
-		if (x->ss && !strcmp(x->id, id) && !strcmp(x->owner, cc->owner))
-			found = x;
-	}
-	if (!found)
+	if (!ss) {
 		snprintf(why, len, "no open session '%.40s' (open one with session_open)", id ? id : "");
-	else if (found->busy)
-		snprintf(why, len, "session %s is running another call; wait for it", found->id);
-	else
-		found->busy = true;
-	pthread_mutex_unlock(&cc->boxes->lock);
-	return found && found->busy && why[0] == '\0' ? found : NULL;
+		return NULL;
+	}
+	if (!sess_claim(cc->s, ss)) {
+		snprintf(why, len, "session %s is running another call; wait for it", ss->id);
+		sess_put(cc->s, ss);
+		return NULL;
+	}
+	return ss;
 }
 
-static void mcp_box_give(struct mcp_call_ctx *cc, struct mcp_box *x)
+static void mcp_box_give(struct mcp_call_ctx *cc, struct serve_session *ss)
 {
-	pthread_mutex_lock(&cc->boxes->lock);
-	x->busy = false;
-	x->used = clock_mono_ms();
-	pthread_mutex_unlock(&cc->boxes->lock);
+	sess_unclaim(cc->s, ss);
+	sess_put(cc->s, ss);
 }
 
 static json_t *mcp_text_result(const char *text, bool error)
@@ -127,18 +65,14 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 				size_t msglen)
 {
 	struct serve_reply reply = SERVE_REPLY_INIT;
-	struct nbrun_run_options opts = cc->s->opts;
-	struct serve_request req;
-	struct nbrun_session *ss = NULL;
-	struct nbrun_ctx *ctx = NULL;
-	struct mcp_box *slot = NULL;
 	struct serve_run_args a = { 0 };
+	struct serve_request req;
+	struct serve_session *ss;
 	json_t *out = NULL;
 	char tmp_root[4096], why[600];
-	const char *language;
-	int rc;
+	uint64_t idle = MCP_BOX_IDLE_MS < cc->s->session_life_ms ? MCP_BOX_IDLE_MS
+								 : cc->s->session_life_ms;
 
-	mcp_boxes_reap(cc->boxes, NULL);
 	/* Checked as a run's: one of the server's languages, else the list of them. */
 	a.code = "";
 	a.files = json_object_get(args, "files");
@@ -153,54 +87,34 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 		json_decref(reply.body);
 		return mcp_tool_arg_error(cc, code, msg, msglen, why);
 	}
-	pthread_mutex_lock(&cc->boxes->lock);
-	for (size_t i = 0; i < MCP_BOXES_MAX && !slot; i++)
-		if (!cc->boxes->box[i].ss && !cc->boxes->box[i].busy)
-			slot = &cc->boxes->box[i];
-	if (slot)
-		slot->busy = true; /* reserved while the sandbox starts */
-	pthread_mutex_unlock(&cc->boxes->lock);
-	if (!slot) {
-		serve_request_free(&req);
-		snprintf(why, sizeof(why), "%d sessions are open, the most this server keeps: close one "
-			 "with session_close", MCP_BOXES_MAX);
-		return mcp_text_result(why, true);
-	}
-	opts.files = (const char *const *)req.files;
-	opts.file_count = req.file_count;
-	opts.pool = cc->s->pool;
-	opts.cancel = cc->cancel;
-	opts.language = req.language;
-	language = req.language ? req.language : "python";
-	rc = nbrun_ctx_new(&ctx) < 0 ? NBRUN_ENOMEM : nbrun_session_open(&ss, ctx, &opts);
+	/* The server's table, its limit shared with the HTTP API's sessions. */
+	ss = serve_session_open(cc->s, &reply, cc->tenant, cc->owner, &req, idle, cc->cancel);
 	serve_request_free(&req);
-	pthread_mutex_lock(&cc->boxes->lock);
-	slot->busy = false;
-	if (rc == 0) {
-		slot->ss = ss;
-		snprintf(slot->id, sizeof(slot->id), "%s", nbrun_session_id(ss));
-		snprintf(slot->owner, sizeof(slot->owner), "%s", cc->owner);
-		slot->used = clock_mono_ms();
-	}
-	pthread_mutex_unlock(&cc->boxes->lock);
 	if (*cc->cancel) {
 		*code = 0;
-	} else if (rc == 0) {
+	} else if (ss) {
 		snprintf(why, sizeof(why), "session_id: %s\nA %s kernel is ready; run code in it "
-			 "with session_execute.", nbrun_session_id(ss), language);
+			 "with session_execute.", ss->id, ss->language);
 		out = mcp_text_result(why, false);
 		json_object_set_new(out, "structuredContent",
-				    json_pack("{s:s, s:s}", "session_id", nbrun_session_id(ss),
-					      "language", language));
+				    json_pack("{s:s, s:s}", "session_id", ss->id, "language",
+					      ss->language));
+	} else if (reply.kind == SERVE_E_BUSY) {
+		snprintf(why, sizeof(why), "%u sessions are open, the most this server keeps: close one "
+			 "with session_close", cc->s->max_sessions);
+		out = mcp_text_result(why, true);
 	} else {
-		snprintf(why, sizeof(why), "nbrun could not open a session: %s", nbrun_ctx_errmsg(ctx));
+		snprintf(why, sizeof(why), "nbrun could not open a session: %s",
+			 json_string_value(json_object_get(reply.body, "error")) ?: "out of memory");
 		out = mcp_text_result(why, true);
 	}
-	nbrun_ctx_free(ctx);
+	if (ss)
+		sess_put(cc->s, ss);
+	json_decref(reply.body);
 	return out;
 }
 
-static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct serve_session *x, json_t *args,
 				   int *code, char *msg, size_t msglen)
 {
 	struct nbrun_exec_options eo = NBRUN_EXEC_OPTIONS_INIT;
@@ -227,15 +141,15 @@ static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, j
 		return NULL;
 	}
 	eo.out_dir = out_dir;
-	cc->interrupts(cc, x->ss);
-	rc = nbrun_session_execute(&res, x->ss, src, &eo);
+	cc->interrupts(cc, x->ns);
+	rc = nbrun_session_execute(&res, x->ns, src, &eo);
 	cc->interrupts(cc, NULL);
 	if (*cc->cancel) {
 		serve_info("nbrun: mcp: session_execute cancelled: its cell was interrupted");
 		*code = 0;
 	} else if (rc < 0) {
 		snprintf(why, sizeof(why), "the session could not run it: %s%s",
-			 nbrun_session_errmsg(x->ss),
+			 nbrun_session_errmsg(x->ns),
 			 rc == NBRUN_EENGINE ? " (its sandbox is gone: close it and open a new one)" : "");
 		out = mcp_text_result(why, true);
 	} else if (nbrun_result_to_json(&text, res, 0) == 0 && (doc = json_loads(text, 0, NULL))) {
@@ -252,7 +166,7 @@ static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct mcp_box *x, j
 	return out;
 }
 
-static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct serve_session *x, json_t *args,
 				  int *code, char *msg, size_t msglen)
 {
 	json_t *files = json_object_get(args, "files"), *f;
@@ -281,11 +195,11 @@ static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct mcp_box *x, js
 		}
 		base64_init_decodestate(&st);
 		n = base64_decode_block(b64, (int)len, data, &st);
-		rc = nbrun_session_put_file(x->ss, path, data, (size_t)n);
+		rc = nbrun_session_put_file(x->ns, path, data, (size_t)n);
 		free(data);
 		if (rc < 0) {
 			snprintf(why, sizeof(why), "session_upload: %.200s: %s", path,
-				 nbrun_session_errmsg(x->ss));
+				 nbrun_session_errmsg(x->ns));
 			return mcp_text_result(why, true);
 		}
 	}
@@ -293,7 +207,7 @@ static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct mcp_box *x, js
 	return mcp_text_result(why, false);
 }
 
-static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, json_t *args,
+static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct serve_session *x, json_t *args,
 				    int *code, char *msg, size_t msglen)
 {
 	const char *path = json_string_value(json_object_get(args, "path"));
@@ -318,10 +232,10 @@ static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct mcp_box *x, 
 	}
 	snprintf(rel, sizeof(rel), "files/%s", base);
 	fd = openat(dfd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	rc = fd < 0 ? NBRUN_EIO : nbrun_session_get_file(x->ss, path, fd, MCP_RESOURCE_MAX);
+	rc = fd < 0 ? NBRUN_EIO : nbrun_session_get_file(x->ns, path, fd, MCP_RESOURCE_MAX);
 	if (rc < 0 || fstat(fd, &st) < 0) {
 		snprintf(why, sizeof(why), "session_download: %.200s: %s", path,
-			 rc == NBRUN_ENOTFOUND ? "no such file in /mnt/data" : nbrun_session_errmsg(x->ss));
+			 rc == NBRUN_ENOTFOUND ? "no such file in /mnt/data" : nbrun_session_errmsg(x->ns));
 		out = mcp_text_result(why, true);
 		goto out;
 	}
@@ -341,8 +255,7 @@ json_t *mcp_session_tool(struct mcp_call_ctx *cc, const char *name, json_t *args
 			 char *msg, size_t msglen)
 {
 	const char *id;
-	struct mcp_box *x;
-	struct nbrun_session *ss;
+	struct serve_session *x;
 	char why[300] = "";
 	json_t *out;
 
@@ -366,11 +279,9 @@ json_t *mcp_session_tool(struct mcp_call_ctx *cc, const char *name, json_t *args
 	if (!x)
 		return mcp_text_result(why, true);
 	if (!strcmp(name, "session_close")) {
-		pthread_mutex_lock(&cc->boxes->lock);
-		ss = x->ss;
-		memset(x, 0, sizeof(*x));
-		pthread_mutex_unlock(&cc->boxes->lock);
-		nbrun_session_close(ss);
+		sess_unclaim(cc->s, x);
+		sess_close(cc->s, x, "session_close");
+		sess_put(cc->s, x);
 		return mcp_text_result("closed: the sandbox and its files are gone", false);
 	}
 	if (!strcmp(name, "session_execute"))

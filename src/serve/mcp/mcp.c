@@ -39,7 +39,6 @@ struct mcp_server {
 	struct mcp_session *sessions;
 	unsigned int nsessions;
 	struct mcp_call *calls;
-	struct mcp_boxes *boxes;
 };
 
 struct mcp_server *mcp_server_new(struct serve *s)
@@ -49,11 +48,6 @@ struct mcp_server *mcp_server_new(struct serve *s)
 	if (!m)
 		return NULL;
 	m->s = s;
-	m->boxes = mcp_boxes_new();
-	if (!m->boxes) {
-		free(m);
-		return NULL;
-	}
 	pthread_mutex_init(&m->lock, NULL);
 	return m;
 }
@@ -64,9 +58,10 @@ void mcp_server_free(struct mcp_server *m)
 
 	if (!m)
 		return;
-	mcp_boxes_free(m->boxes);
 	for (sess = m->sessions; sess; sess = next) {
 		next = sess->next;
+		/* The sessions its tools opened go with it. */
+		serve_sessions_close_owner(m->s, sess->id);
 		free(sess);
 	}
 	pthread_mutex_destroy(&m->lock);
@@ -211,7 +206,7 @@ void mcp_session_close(struct mcp_server *m, struct mcp_session *sess)
 		mcp_session_put(sess);
 	}
 	pthread_mutex_unlock(&m->lock);
-	mcp_boxes_close_owner(m->boxes, sess->id);
+	serve_sessions_close_owner(m->s, sess->id);
 }
 
 const char *mcp_session_id(const struct mcp_session *sess)
@@ -334,7 +329,6 @@ static json_t *mcp_slow(struct mcp_server *m, struct mcp_session *sess, json_t *
 	cc.m = m;
 	cc.call = &call;
 	cc.interrupts = mcp_call_interrupts;
-	cc.boxes = m->boxes;
 	cc.owner = sess->id;
 	cc.tenant = sess->tenant;
 	pthread_mutex_lock(&m->lock);
