@@ -5,6 +5,11 @@
 #include "clock.h"
 #include "serve.h"
 
+const struct serve_backend serve_library_backend = {
+	.run_code = nbrun_run_code,
+	.run_notebook = nbrun_run_notebook,
+};
+
 static const double serve_bucket_le[SERVE_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 						       5,    10,  30,   60,  120, 300 };
 
@@ -51,9 +56,9 @@ int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve
 			if (rc < 0)
 				goto out;
 		}
-		rc = nbrun_run_notebook(out, ctx, injected ? injected : req->notebook, len, opts);
+		rc = s->backend->run_notebook(out, ctx, injected ? injected : req->notebook, len, opts);
 	} else {
-		rc = nbrun_run_code(out, ctx, req->code, opts);
+		rc = s->backend->run_code(out, ctx, req->code, opts);
 	}
 	serve_count(s, rc, *out, clock_mono_ms() - t0);
 out:

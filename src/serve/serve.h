@@ -81,8 +81,21 @@ struct serve_metrics {
 	double duration_sum;
 };
 
+/*
+ * What executes a run for the core: the library (serve_library_backend, the
+ * one a server has unless told otherwise), or a canned one in unit tests.
+ */
+struct serve_backend {
+	int (*run_code)(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *code,
+			const struct nbrun_run_options *opts);
+	int (*run_notebook)(struct nbrun_result **out, struct nbrun_ctx *ctx, const char *json,
+			    size_t len, const struct nbrun_run_options *opts);
+};
+extern const struct serve_backend serve_library_backend;
+
 struct serve {
 	/* configuration, fixed once the server listens */
+	const struct serve_backend *backend; /* serve_library_backend (serve_new) */
 	struct nbrun_run_options opts; /* per-run defaults and limits; files/env/out_dir unset */
 	char *state_dir;               /* absolute */
 	char *runs_dir;                /* STATE/runs */

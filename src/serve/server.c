@@ -212,6 +212,7 @@ struct serve *serve_new(volatile sig_atomic_t *stopping)
 	if (!s)
 		return NULL;
 	s->opts = run_defaults;
+	s->backend = &serve_library_backend;
 	s->runs_fd = -1;
 	s->stopping = stopping;
 	s->max_runs = (unsigned int)(cores > 0 ? cores * 2 : 2);
