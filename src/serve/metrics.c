@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "buf.h"
-#include "serve.h"
+#include "sessions.h"
 
 /* {"python": {"size", "ready", "starting", "hits"}, ...}: the pool's languages (NULL: no pool). */
 static json_t *serve_pool_languages(struct serve *s)
@@ -62,13 +62,18 @@ char *serve_api_metrics(struct serve *s)
 	struct serve_metrics m;
 	struct nbrun_pool_stats ps = { 0, 0, 0, 0, 0, 0 };
 	struct buf b = BUF_INIT(64 * 1024);
-	unsigned int active;
+	unsigned int active, sessions = 0;
 	uint64_t cum = 0;
 
 	pthread_mutex_lock(&s->lock);
 	m = s->m;
 	active = s->runs_active;
 	pthread_mutex_unlock(&s->lock);
+	if (s->sessions) {
+		pthread_mutex_lock(&s->sessions->mu);
+		sessions = s->sessions->count;
+		pthread_mutex_unlock(&s->sessions->mu);
+	}
 	if (s->pool)
 		nbrun_pool_stats(&ps, s->pool);
 
@@ -103,8 +108,18 @@ char *serve_api_metrics(struct serve *s)
 		       "nbrun_run_duration_seconds_count %llu\n"
 		       "# HELP nbrun_runs_active Runs executing now.\n"
 		       "# TYPE nbrun_runs_active gauge\n"
-		       "nbrun_runs_active %u\n",
+		       "nbrun_runs_active %u\n"
+		       "# HELP nbrun_sessions_open Sessions open now, the HTTP API's and the MCP tools'.\n"
+		       "# TYPE nbrun_sessions_open gauge\n"
+		       "nbrun_sessions_open %u\n"
+		       "# HELP nbrun_sessions_opened_total Sessions opened.\n"
+		       "# TYPE nbrun_sessions_opened_total counter\n"
+		       "nbrun_sessions_opened_total %llu\n"
+		       "# HELP nbrun_session_executions_total Executions in sessions.\n"
+		       "# TYPE nbrun_session_executions_total counter\n"
+		       "nbrun_session_executions_total %llu\n",
 		   (unsigned long long)m.duration_count, m.duration_sum,
-		   (unsigned long long)m.duration_count, active);
+		   (unsigned long long)m.duration_count, active, sessions,
+		   (unsigned long long)m.sessions_opened, (unsigned long long)m.session_execs);
 	return buf_steal(&b);
 }

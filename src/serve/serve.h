@@ -79,6 +79,8 @@ struct serve_metrics {
 	uint64_t buckets[SERVE_BUCKETS]; /* cumulative counts are made when printing */
 	uint64_t duration_count;
 	double duration_sum;
+	uint64_t sessions_opened;  /* by either door */
+	uint64_t session_execs;    /* executions in sessions, by either door */
 };
 
 /*
@@ -455,6 +457,12 @@ struct serve_session;
 struct serve_session *serve_session_open(struct serve *s, struct serve_reply *err, int tenant,
 					 const char *owner, const struct serve_request *req,
 					 uint64_t idle_ms, const volatile sig_atomic_t *cancel);
+/*
+ * Execute code in the claimed session ss, as nbrun_session_execute() does;
+ * counted in the session and in the metrics. What the library returned.
+ */
+int serve_session_execute(struct nbrun_result **out, struct serve *s, struct serve_session *ss,
+			  const char *code, const struct nbrun_exec_options *eo);
 /* Close the sessions owner opened (its MCP session ended). */
 void serve_sessions_close_owner(struct serve *s, const char *owner);
 

@@ -172,6 +172,11 @@ struct serve_session *serve_session_open(struct serve *s, struct serve_reply *er
 			rc = NBRUN_EIO;
 		}
 	}
+	if (rc == 0) {
+		pthread_mutex_lock(&s->lock);
+		s->m.sessions_opened++;
+		pthread_mutex_unlock(&s->lock);
+	}
 	pthread_mutex_lock(&s->sessions->mu);
 	if (rc == 0) {
 		ss->next = s->sessions->list;
@@ -195,6 +200,18 @@ struct serve_session *serve_session_open(struct serve *s, struct serve_reply *er
 	nbrun_session_close(ns);
 	nbrun_ctx_free(ctx);
 	return ss;
+}
+
+int serve_session_execute(struct nbrun_result **out, struct serve *s, struct serve_session *ss,
+			  const char *code, const struct nbrun_exec_options *eo)
+{
+	int rc = nbrun_session_execute(out, ss->ns, code, eo);
+
+	ss->execs++; /* claimed: this request's alone */
+	pthread_mutex_lock(&s->lock);
+	s->m.session_execs++;
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 void serve_sessions_close_owner(struct serve *s, const char *owner)

@@ -526,6 +526,10 @@ def case_one_table():
               "an HTTP session through MCP: %r" % other)
         done = mcp_tool(srv, msid, "session_execute", {"session_id": mcp_sid, "code": "x = 41\nx + 1"})
         check(done.get("isError") is False and "42" in json.dumps(done), "MCP execute: %r" % done)
+        ok(srv, http_sid, "1")
+        m = srv.metrics()
+        check(m.get("nbrun_sessions_open") == 2 and m.get("nbrun_sessions_opened_total") == 2 and
+              m.get("nbrun_session_executions_total") == 2, "metrics count both doors: %r" % m)
         # the MCP session's end closes its sessions, and frees their place
         st, _, _ = srv.curl("/mcp", method="DELETE", extra=["-H", "Mcp-Session-Id: " + msid,
                                                            "-H", "MCP-Protocol-Version: 2025-11-25"])

@@ -533,6 +533,11 @@ static void session_table_one_limit(void **state)
 	s->max_sessions = 2;
 	fake_session(s, "aaaa", 0, "");          /* the HTTP API's */
 	fake_session(s, "bbbb", 0, "mcp-1");     /* an MCP session's */
+	{
+		char *text = serve_api_metrics(s);
+		assert_non_null(strstr(text, "\nnbrun_sessions_open 2\n"));
+		free(text);
+	}
 	/* the limit counts both: the third is refused before any sandbox is made */
 	assert_null(serve_session_open(s, &r, 0, "mcp-2", &req, 1000, NULL));
 	assert_int_equal(r.kind, SERVE_E_BUSY);

@@ -206,8 +206,7 @@ static json_t *sess_execute(struct serve *s, struct serve_session *ss, const cha
 	eo.max_files = s->opts.max_files;
 	eo.on_event = on_event;
 	eo.event_payload = payload;
-	rc = nbrun_session_execute(&res, ss->ns, code, &eo);
-	ss->execs++;
+	rc = serve_session_execute(&res, s, ss, code, &eo);
 	if (rc < 0) {
 		char msg[600];
 		snprintf(msg, sizeof(msg), "%s", nbrun_session_errmsg(ss->ns));

@@ -142,7 +142,7 @@ static json_t *mcp_session_execute(struct mcp_call_ctx *cc, struct serve_session
 	}
 	eo.out_dir = out_dir;
 	cc->interrupts(cc, x->ns);
-	rc = nbrun_session_execute(&res, x->ns, src, &eo);
+	rc = serve_session_execute(&res, cc->s, x, src, &eo);
 	cc->interrupts(cc, NULL);
 	if (*cc->cancel) {
 		serve_info("nbrun: mcp: session_execute cancelled: its cell was interrupted");
