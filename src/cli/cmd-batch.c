@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <b64/cdecode.h>
-
 #include "buf.h"
 #include "clock.h"
 #include "fdio.h"
@@ -623,31 +621,18 @@ static int batch_add_jobs(struct batch *b, char **paths, size_t npaths, json_t *
 /* -b: base64 (padding and line breaks as base64 has them) of a YAML text, NUL-terminated; NULL when not base64. */
 static char *batch_base64(const char *s)
 {
-	size_t n = strlen(s), k = 0, pad = 0;
-	base64_decodestate st;
+	size_t n = strlen(s), k = 0;
 	char *in = malloc(n + 1), *out = NULL;
 
 	if (!in)
 		return NULL;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (c == '\n' || c == '\r' || c == ' ' || c == '\t')
-			continue;
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
-		      c == '/' || c == '=') || (pad && c != '='))
-			goto out;
-		pad += c == '=';
-		in[k++] = c;
-	}
-	if (k % 4 || pad > 2)
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != '\n' && s[i] != '\r' && s[i] != ' ' && s[i] != '\t')
+			in[k++] = s[i];
+	if (!wire_base64_valid(in, k))
 		goto out;
-	out = malloc(k / 4 * 3 + 1);
-	if (!out)
-		goto out;
-	base64_init_decodestate(&st);
-	n = (size_t)base64_decode_block(in, (int)k, out, &st);
-	out[n] = '\0';
-	if (strlen(out) != n) { /* a NUL byte is no YAML text */
+	out = wire_base64_decode(in, k, &n);
+	if (out && strlen(out) != n) { /* a NUL byte is no YAML text */
 		free(out);
 		out = NULL;
 	}

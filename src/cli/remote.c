@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* nbrun run --server: one run sent to an nbrun serve, its reply handled like a local run's. */
-#include <b64/cdecode.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -479,20 +478,6 @@ static int remote_create(int dirfd, const char *rel)
 	}
 }
 
-static int remote_write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 int remote_save(struct remote *r, int out_fd, json_t *e)
 {
 	const char *rel = json_string_value(json_object_get(e, "path"));
@@ -500,7 +485,6 @@ int remote_save(struct remote *r, int out_fd, json_t *e)
 	const char *url = json_string_value(json_object_get(e, "url"));
 	json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
 	struct remote_sink sink = { .fd = -1, .max = REMOTE_FETCH_MAX };
-	base64_decodestate st;
 	char *data = NULL;
 	long status = 0;
 	int fd, rc = -1;
@@ -510,12 +494,11 @@ int remote_save(struct remote *r, int out_fd, json_t *e)
 		return -1;
 	}
 	if (b64) {
-		size_t len = json_string_length(json_object_get(e, "content_base64"));
-		data = malloc(len / 4 * 3 + 4);
+		size_t len = json_string_length(json_object_get(e, "content_base64")), n;
+		data = wire_base64_decode(b64, len, &n);
 		if (data) {
-			base64_init_decodestate(&st);
-			sink.written = (uint64_t)base64_decode_block(b64, (int)len, data, &st);
-			rc = remote_write_all(fd, data, (size_t)sink.written);
+			sink.written = n;
+			rc = fd_write_all(fd, data, n);
 		}
 	} else if (url && (!strncmp(url, "/v1/runs/", 9) || !strncmp(url, "/v1/sessions/", 13))) {
 		sink.fd = fd;

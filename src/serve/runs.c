@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Runs: a request parsed and validated, admitted, executed and kept as a run directory; a kept result read back. */
-#include <b64/cdecode.h>
 #include <b64/cencode.h>
 #include <ctype.h>
 #include <errno.h>
@@ -54,18 +53,15 @@ void serve_request_free(struct serve_request *req)
 static int serve_write_file(int dirfd, const char *name, const char *b64, size_t len,
 			    struct serve_reply *err)
 {
-	base64_decodestate st;
-	char *data = malloc(len / 4 * 3 + 4);
-	ssize_t w;
 	size_t n, off = 0;
+	char *data = wire_base64_decode(b64, len, &n);
+	ssize_t w;
 	int fd = -1, rc = -1;
 
 	if (!data) {
 		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
 		goto out;
 	}
-	base64_init_decodestate(&st);
-	n = (size_t)base64_decode_block(b64, (int)len, data, &st);
 	fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		if (errno == EEXIST)

@@ -2,6 +2,7 @@
 /* The wire vocabulary of nbrun serve, shared by the server and its clients:
  * ids, names, URL paths, base64, where the state lives. */
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,24 @@ bool wire_base64_valid(const char *s, size_t len)
 			return false;
 	}
 	return pad <= 2;
+}
+
+char *wire_base64_decode(const char *s, size_t len, size_t *n)
+{
+	base64_decodestate st;
+	char *out;
+
+	*n = 0;
+	if (len > INT_MAX)
+		return NULL;
+	/* libb64 writes at most 3 bytes per 4 characters, and one partial byte. */
+	out = malloc(len / 4 * 3 + 4);
+	if (!out)
+		return NULL;
+	base64_init_decodestate(&st);
+	*n = (size_t)base64_decode_block(s, (int)len, out, &st);
+	out[*n] = '\0';
+	return out;
 }
 
 bool wire_session_id_valid(const char *id)

@@ -33,6 +33,13 @@ char *wire_url_path(const char *path);
 char *wire_base64(const unsigned char *p, size_t n);
 /* Standard alphabet, padded, nothing else (libb64 would skip what it does not know). */
 bool wire_base64_valid(const char *s, size_t len);
+/*
+ * The bytes of len characters of base64 (what is not of its alphabet is
+ * skipped: check with wire_base64_valid() first where that matters), with a
+ * NUL after them that *n does not count. malloc'd; NULL when out of memory
+ * or len is over INT_MAX (libb64 counts in int).
+ */
+char *wire_base64_decode(const char *s, size_t len, size_t *n);
 /* $NBRUN_STATE_DIR, /var/lib/nbrun as root, else $XDG_STATE_HOME/nbrun or
  * ~/.local/state/nbrun. malloc'd, NULL when none can be named. */
 char *wire_default_state_dir(void);

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* The MCP server's stateful tools: session_open/execute/upload/download/close on nbrun_session_*. */
-#include <b64/cdecode.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -180,22 +179,20 @@ static json_t *mcp_session_upload(struct mcp_call_ctx *cc, struct serve_session 
 		const char *path = json_string_value(json_object_get(f, "path"));
 		const char *b64 = json_string_value(json_object_get(f, "content_base64"));
 		size_t len = b64 ? json_string_length(json_object_get(f, "content_base64")) : 0;
-		base64_decodestate st;
 		char *data;
-		int n, rc;
+		size_t n;
+		int rc;
 
 		if (!path || !b64 || len > MCP_MESSAGE_MAX)
 			return mcp_tool_arg_error(cc, code, msg, msglen,
 						  "session_upload: each file wants 'path' and 'content_base64' strings");
-		data = malloc(len / 4 * 3 + 4);
+		data = wire_base64_decode(b64, len, &n);
 		if (!data) {
 			*code = MCP_INTERNAL_ERROR;
 			snprintf(msg, msglen, "out of memory");
 			return NULL;
 		}
-		base64_init_decodestate(&st);
-		n = base64_decode_block(b64, (int)len, data, &st);
-		rc = nbrun_session_put_file(x->ns, path, data, (size_t)n);
+		rc = nbrun_session_put_file(x->ns, path, data, n);
 		free(data);
 		if (rc < 0) {
 			snprintf(why, sizeof(why), "session_upload: %.200s: %s", path,
