@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mime.h"
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -56,15 +57,14 @@ struct op {
 /* Image MIME types decoded from base64 and the magic their bytes must start with. */
 static const struct img_type {
 	const char *mime;
-	const char *ext;
 	const char *what;
 	const char *magic;
 	size_t magic_len;
 } img_types[] = {
-	{ "image/png", "png", "PNG", "\x89PNG\r\n\x1a\n", 8 },
-	{ "image/jpeg", "jpg", "JPEG", "\xff\xd8\xff", 3 },
-	{ "image/gif", "gif", "GIF", "GIF8", 4 },
-	{ "application/pdf", "pdf", "PDF", "%PDF", 4 },
+	{ "image/png", "PNG", "\x89PNG\r\n\x1a\n", 8 },
+	{ "image/jpeg", "JPEG", "\xff\xd8\xff", 3 },
+	{ "image/gif", "GIF", "GIF8", 4 },
+	{ "application/pdf", "PDF", "%PDF", 4 },
 };
 
 static const struct img_type *img_type_of(const char *mime)
@@ -381,7 +381,7 @@ static json_t *op_image_b64(struct op *o, const struct img_type *t, const json_t
 	const char *bad;
 	int rc;
 
-	snprintf(name, sizeof(name), "cell%zu-%u.%s", cell, k, t->ext);
+	snprintf(name, sizeof(name), "cell%zu-%u.%s", cell, k, mime_extension(t->mime));
 	snprintf(path, sizeof(path), "images/%s", name);
 	if (!is_text(v))
 		return op_image_skipped(o, path, 0, "image data is not a string", false);

@@ -17,6 +17,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "mcp.h"
+#include "mime.h"
 #include "serve.h"
 
 /* Failed authentications are counted per client address over this window. */
@@ -327,25 +328,6 @@ static enum serve_route serve_route_of(const char *url, char *id, size_t idlen, 
 	return ROUTE_NONE;
 }
 
-static const char *serve_image_type(const char *name)
-{
-	const char *dot = strrchr(name, '.');
-
-	if (!dot)
-		return "application/octet-stream";
-	if (!strcmp(dot, ".png"))
-		return "image/png";
-	if (!strcmp(dot, ".jpg"))
-		return "image/jpeg";
-	if (!strcmp(dot, ".gif"))
-		return "image/gif";
-	if (!strcmp(dot, ".svg"))
-		return "image/svg+xml";
-	if (!strcmp(dot, ".pdf"))
-		return "application/pdf";
-	return "application/octet-stream";
-}
-
 /* A stored output of a run, streamed from its file. */
 static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connection *c,
 				       const char *id, const char *owner, const char *rel,
@@ -371,7 +353,7 @@ static enum MHD_Result serve_send_file(struct serve_http *h, struct MHD_Connecti
 	if (route == ROUTE_RUN_NOTEBOOK)
 		type = "application/x-ipynb+json";
 	else if (route == ROUTE_RUN_IMAGE)
-		type = serve_image_type(rel);
+		type = mime_of_name(rel);
 	else
 		type = "application/octet-stream";
 	serve_access_log(c, method, url, 200, sc);

@@ -78,7 +78,6 @@ json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *di
 void mcp_add_resource(json_t *content, const struct mcp_call_ctx *cc, int run_fd,
 		      const char *run_id, const char *rel, const char *name, const char *mime,
 		      json_int_t bytes, struct mcp_budget *b);
-const char *mcp_mime_of(const char *name);
 /* {uri, mimeType, text|blob}: text when the type is textual and the bytes are UTF-8. */
 json_t *mcp_resource_contents(const char *uri, const char *mime, const char *data, size_t len);
 

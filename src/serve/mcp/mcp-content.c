@@ -13,6 +13,7 @@
 
 #include "buf.h"
 #include "mcp-call.h"
+#include "mime.h"
 #include "text.h"
 
 /* Bounds of the text summary a model reads (the structured result has the rest). */
@@ -52,29 +53,6 @@ json_t *mcp_tool_arg_error(struct mcp_call_ctx *cc, int *code, char *msg, size_t
 	*code = MCP_INVALID_PARAMS;
 	snprintf(msg, msglen, "%s", text);
 	return NULL;
-}
-
-const char *mcp_mime_of(const char *name)
-{
-	static const char *const map[][2] = {
-		{ ".csv", "text/csv" },          { ".tsv", "text/tab-separated-values" },
-		{ ".txt", "text/plain" },        { ".log", "text/plain" },
-		{ ".md", "text/markdown" },      { ".html", "text/html" },
-		{ ".json", "application/json" }, { ".xml", "application/xml" },
-		{ ".py", "text/x-python" },      { ".ipynb", "application/x-ipynb+json" },
-		{ ".png", "image/png" },         { ".jpg", "image/jpeg" },
-		{ ".jpeg", "image/jpeg" },       { ".gif", "image/gif" },
-		{ ".webp", "image/webp" },       { ".svg", "image/svg+xml" },
-		{ ".pdf", "application/pdf" },   { ".parquet", "application/vnd.apache.parquet" },
-		{ ".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" },
-		{ ".zip", "application/zip" },
-	};
-	const char *dot = strrchr(name, '.');
-
-	for (size_t i = 0; dot && i < sizeof(map) / sizeof(map[0]); i++)
-		if (!strcasecmp(dot, map[i][0]))
-			return map[i][1];
-	return "application/octet-stream";
 }
 
 static bool mime_textual(const char *mime)
@@ -413,7 +391,7 @@ json_t *mcp_result_of(const struct mcp_call_ctx *cc, json_t *doc, const char *di
 		json_array_foreach(json_object_get(doc, "files"), i, e) {
 			const char *p = json_string_value(json_object_get(e, "path"));
 			if (p && !strncmp(p, "files/", 6))
-				mcp_add_resource(content, cc, run_fd, run_id, p, p + 6, mcp_mime_of(p),
+				mcp_add_resource(content, cc, run_fd, run_id, p, p + 6, mime_of_name(p),
 					     json_integer_value(json_object_get(e, "bytes")), &b);
 		}
 	}

@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "mcp-session-tools.h"
+#include "mime.h"
 
 /*
  * The caller's session by id (one its MCP session opened), held and claimed;
@@ -237,7 +238,7 @@ static json_t *mcp_session_download(struct mcp_call_ctx *cc, struct serve_sessio
 		goto out;
 	}
 	content = json_array();
-	mcp_add_resource(content, cc, dfd, dir_id, rel, base, mcp_mime_of(base), (json_int_t)st.st_size, &b);
+	mcp_add_resource(content, cc, dfd, dir_id, rel, base, mime_of_name(base), (json_int_t)st.st_size, &b);
 	out = json_pack("{s:O, s:b}", "content", content, "isError", 0);
 out:
 	if (fd >= 0)

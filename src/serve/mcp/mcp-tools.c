@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "mcp-session-tools.h"
 #include "mcp-tools.h"
+#include "mime.h"
 #include "result-schema.h"
 #include "text.h"
 
@@ -608,7 +609,7 @@ json_t *mcp_resources_read(struct mcp_call_ctx *cc, json_t *params, int *code, c
 			 MCP_RESOURCE_MAX >> 20, uri);
 		return NULL;
 	}
-	r = mcp_resource_contents(uri, mcp_mime_of(rel), data, len);
+	r = mcp_resource_contents(uri, mime_of_name(rel), data, len);
 	free(data);
 	if (r)
 		out = json_pack("{s:[o]}", "contents", r);
