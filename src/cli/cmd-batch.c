@@ -885,8 +885,9 @@ int cmd_batch(int argc, char **argv)
 	b.opts = args.opts;
 	b.opts.cancel = &batch_interrupted;
 	if (server) {
-		if (remote_random_hex(b.id, 16) < 0) {
-			cli_error("cannot make the batch's id: %s", strerror(errno));
+		rc = wire_random_hex(b.id, 16);
+		if (rc < 0) {
+			cli_error("cannot make the batch's id: %s", strerror(-rc));
 			goto out;
 		}
 		b.remote.server = server;

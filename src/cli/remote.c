@@ -9,7 +9,6 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -595,22 +594,6 @@ CURLcode remote_post_run_streamed(struct remote *r, const char *body, const char
 		remote_last_line(tail.data, tail.len, doc); /* an error reply has no final newline */
 	buf_free(&tail);
 	return cc;
-}
-
-int remote_random_hex(char *out, size_t n)
-{
-	unsigned char raw[64];
-
-	if (n > sizeof(raw)) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (getrandom(raw, n, 0) != (ssize_t)n)
-		return -1;
-	for (size_t i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", raw[i]);
-	out[2 * n] = '\0';
-	return 0;
 }
 
 int remote_keep_outputs(struct remote *r, json_t *doc, int out_fd, const char *out_dir)

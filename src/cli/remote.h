@@ -63,9 +63,6 @@ int remote_save(struct remote *r, int out_fd, json_t *e);
 CURLcode remote_post_run_streamed(struct remote *r, const char *body, const char *key, json_t **doc,
 				  long *status);
 
-/* n random bytes as 2n hex characters into out (2n + 1 bytes): 0, or -1 with errno. */
-int remote_random_hex(char *out, size_t n);
-
 /* A run's images, files and executed notebook saved below out_fd (out_dir its
  * path), doc made a local run's document and written as result.json: 0 or -1
  * (message printed). */

@@ -5,20 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "nbrun-private.h"
 #include "text.h"
+#include "wire.h"
 
 int nbrun__random_id(struct nbrun_ctx *ctx, char out[16])
 {
-	unsigned char raw[6];
+	int rc = wire_random_hex(out, 6);
 
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-		return nbrun__errno(ctx, NBRUN_EIO, errno, "cannot get random bytes");
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(out + 2 * i, 3, "%02x", raw[i]);
-	return 0;
+	return rc < 0 ? nbrun__errno(ctx, NBRUN_EIO, -rc, "cannot get random bytes") : 0;
 }
 
 int nbrun__sandbox_new(struct nbrun__sandbox **out, struct nbrun_ctx *ctx,

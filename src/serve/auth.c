@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -107,16 +106,13 @@ int serve_read_token(struct serve *s, const char *path)
 /* 32 random bytes as hex, written 0600 to STATE/token (temp file + rename). */
 int serve_make_token(struct serve *s)
 {
-	unsigned char raw[32];
 	char *path = NULL, line[sizeof(s->token) + 1];
-	int rc;
+	int rc = wire_random_hex(s->token, 32);
 
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-		serve_err("cannot get random bytes for the token: %s", strerror(errno));
+	if (rc < 0) {
+		serve_err("cannot get random bytes for the token: %s", strerror(-rc));
 		return -1;
 	}
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(s->token + 2 * i, 3, "%02x", raw[i]);
 	if (asprintf(&path, "%s/token", s->state_dir) < 0) {
 		serve_err("out of memory");
 		return -1;

@@ -2,10 +2,12 @@
 /* The wire vocabulary of nbrun serve, shared by the server and its clients:
  * ids, names, URL paths, base64, where the state lives. */
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <b64/cdecode.h>
@@ -37,6 +39,24 @@ bool wire_name_safe(const char *name, size_t len)
 			return false;
 	}
 	return true;
+}
+
+int wire_random_hex(char *out, size_t n)
+{
+	unsigned char raw[64];
+	ssize_t got;
+
+	if (n > sizeof(raw))
+		return -EINVAL;
+	got = getrandom(raw, n, 0);
+	if (got < 0)
+		return -errno;
+	if ((size_t)got != n)
+		return -EIO;
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	out[2 * n] = '\0';
+	return 0;
 }
 
 char *wire_url_path(const char *path)

@@ -27,6 +27,9 @@ bool wire_session_id_valid(const char *id);
 bool wire_node_valid(const char *name, size_t len);
 /* A name for one path component: not empty, ".", "..", no '/', no control bytes, <= 255 bytes. */
 bool wire_name_safe(const char *name, size_t len);
+/* n (at most 64) random bytes as 2n lowercase hex digits and a NUL in out:
+ * a fresh id or token. 0, or -errno. */
+int wire_random_hex(char *out, size_t n);
 /* Percent-encode a relative path for a URL (keeps '/'). malloc'd or NULL. */
 char *wire_url_path(const char *path);
 /* Base64 without line breaks (libb64 wraps lines). malloc'd or NULL. */

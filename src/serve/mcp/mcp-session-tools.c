@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,13 +51,7 @@ static json_t *mcp_text_result(const char *text, bool error)
 /* A fresh directory name below runs/ for one call's outputs (16 hex digits, a valid run id). */
 static int mcp_dir_id(char out[17])
 {
-	unsigned char raw[8];
-
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-		return -1;
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(out + 2 * i, 3, "%02x", raw[i]);
-	return 0;
+	return wire_random_hex(out, 8);
 }
 
 static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code, char *msg,

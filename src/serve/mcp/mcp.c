@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "clock.h"
 #include "mcp.h"
@@ -118,14 +117,11 @@ static void mcp_session_put(struct mcp_session *sess)
 struct mcp_session *mcp_session_new_for(struct mcp_server *m, int tenant)
 {
 	struct mcp_session *sess = calloc(1, sizeof(*sess)), *old = NULL;
-	unsigned char raw[16];
 
-	if (!sess || getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+	if (!sess || wire_random_hex(sess->id, 16) < 0) {
 		free(sess);
 		return NULL;
 	}
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(sess->id + 2 * i, 3, "%02x", raw[i]);
 	sess->refs = 2; /* the table's and the caller's */
 	sess->tenant = tenant;
 	sess->used = clock_mono_ms();
