@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "fuzz-util.h"
 #include "text.h"
 
@@ -58,19 +59,12 @@ static void check_roundtrip(const struct nbrun_result *r, int dirfd, const uint8
 {
 	const char *path = json_string_value(
 		json_object_get(json_array_get(json_object_get(r->doc, "images"), 0), "path"));
-	uint8_t *buf;
-	ssize_t n;
-	int fd;
+	char *buf = NULL;
+	size_t n = 0;
 
 	if (!path)
 		return;
-	fd = openat(dirfd, path, O_RDONLY);
-	buf = malloc(size + 1);
-	if (fd < 0 || !buf)
-		abort();
-	n = read(fd, buf, size + 1);
-	close(fd);
-	if (n != (ssize_t)size || memcmp(buf, data, size)) {
+	if (fd_read_file(dirfd, path, 0, size, &buf, &n) < 0 || n != size || memcmp(buf, data, size)) {
 		fprintf(stderr, "decoded image differs from what was encoded\n");
 		abort();
 	}

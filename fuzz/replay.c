@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "fuzz-util.h"
 
 /* Inputs larger than this are not corpus material. */
@@ -21,36 +22,20 @@
 
 static int replay_file(const char *path, size_t *count)
 {
-	struct stat st;
-	uint8_t *data;
-	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = -1;
+	char *data;
+	size_t len;
+	int rc = fd_read_file(AT_FDCWD, path, FD_READ_REGULAR, REPLAY_MAX, &data, &len);
 
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		fprintf(stderr, "replay: %s: %s\n", path, strerror(errno));
-		goto out;
+	if (rc == -EINVAL || rc == -EFBIG)
+		return 0; /* not a regular file, or too large: no corpus material */
+	if (rc < 0) {
+		fprintf(stderr, "replay: %s: %s\n", path, strerror(-rc));
+		return -1;
 	}
-	if (!S_ISREG(st.st_mode) || st.st_size > REPLAY_MAX) {
-		rc = 0;
-		goto out;
-	}
-	data = malloc((size_t)st.st_size + 1);
-	if (!data)
-		goto out;
-	while (len < (size_t)st.st_size) {
-		ssize_t n = read(fd, data + len, (size_t)st.st_size - len);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	LLVMFuzzerTestOneInput(data, len);
+	LLVMFuzzerTestOneInput((const uint8_t *)data, len);
 	free(data);
 	(*count)++;
-	rc = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	return rc;
+	return 0;
 }
 
 int main(int argc, char **argv)

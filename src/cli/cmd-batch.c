@@ -147,24 +147,12 @@ static bool batch_name_taken(const struct batch *b, size_t upto, const char *nam
 
 static char *batch_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), rc;
-	struct stat st;
 	char *out = NULL;
+	int rc = fd_read_file(AT_FDCWD, path, FD_READ_REGULAR, BATCH_NOTEBOOK_MAX, &out, len);
 
-	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
-		close(fd);
-		fd = -1;
-		errno = EINVAL;
-	}
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot read %s: %s", path,
-			 errno == EINVAL ? "not a regular file" : strerror(errno));
-		return NULL;
-	}
-	rc = fd_read_all(fd, BATCH_NOTEBOOK_MAX, &out, len);
-	close(fd);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot read %s: %s", path,
+			 rc == -EINVAL ? "not a regular file" :
 			 rc == -EFBIG ? "larger than 256 MiB" : strerror(-rc));
 	return out;
 }

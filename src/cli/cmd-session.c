@@ -137,16 +137,10 @@ static int session_cmd_put(void *s, const char *file, const char *name)
 	const char *base = strrchr(file, '/');
 	char *data = NULL;
 	size_t len = 0;
-	int fd = open(file, O_RDONLY | O_CLOEXEC), rc;
+	int rc = fd_read_file(AT_FDCWD, file, 0, 512u << 20, &data, &len);
 
-	if (fd < 0) {
-		cli_error("cannot read %s: %s", file, strerror(errno));
-		return -1;
-	}
-	rc = fd_read_all(fd, 512u << 20, &data, &len);
-	close(fd);
 	if (rc < 0) {
-		cli_error("cannot read %s (or it is over 512 MiB)", file);
+		cli_error("cannot read %s: %s", file, rc == -EFBIG ? "larger than 512 MiB" : strerror(-rc));
 		return -1;
 	}
 	if (!name)

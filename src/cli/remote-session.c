@@ -13,6 +13,7 @@
 
 #include "jsonx.h"
 #include "cli.h"
+#include "fdio.h"
 #include "remote.h"
 #include "wire.h"
 
@@ -269,9 +270,9 @@ static json_t *rsess_files(void *p, int *truncated)
 static int rsess_get(void *p, const char *name, int fd)
 {
 	struct rsess *s = p;
-	struct buf err = BUF_INIT(1u << 20);
 	struct remote_sink sink = { .fd = fd, .max = 1ull << 30 };
-	char *path = rsess_path(s, "files/", name);
+	char *path = rsess_path(s, "files/", name), *err = NULL;
+	size_t err_len = 0;
 	json_t *doc;
 	long status = 0;
 
@@ -283,18 +284,13 @@ static int rsess_get(void *p, const char *name, int fd)
 	free(path);
 	if (status == 200)
 		return 0;
-	if (status) {
-		/* the error reply went to the file: read it back from there */
-		char chunk[4096];
-		ssize_t n;
-		if (lseek(fd, 0, SEEK_SET) == 0)
-			while ((n = read(fd, chunk, sizeof(chunk))) > 0 && buf_append(&err, chunk, (size_t)n) == 0)
-				;
-	}
-	doc = json_loadb(err.data ? err.data : "", err.len, 0, NULL);
+	/* the error reply went to the file: read it back from there */
+	if (status && lseek(fd, 0, SEEK_SET) == 0)
+		fd_read_all(fd, 1u << 20, &err, &err_len);
+	doc = json_loadb(err ? err : "", err_len, 0, NULL);
 	rsess_fail(s, status, doc);
 	json_decref(doc);
-	buf_free(&err);
+	free(err);
 	return -1;
 }
 

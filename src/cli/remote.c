@@ -340,20 +340,6 @@ void remote_close(struct remote *r)
 
 /* ---- the request ------------------------------------------------------------------- */
 
-static char *remote_read_input(const char *path, size_t *len, size_t max)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
-	char *out = NULL;
-
-	if (fd < 0)
-		return NULL;
-	rc = fd_read_all(fd, max, &out, len);
-	close(fd);
-	if (rc < 0)
-		errno = -rc;
-	return out;
-}
-
 char *remote_body(const struct cli_remote *a, int *ret)
 {
 	json_t *doc = json_object(), *files = json_array(), *env = json_object(), *nb;
@@ -377,19 +363,19 @@ char *remote_body(const struct cli_remote *a, int *ret)
 	}
 	for (size_t i = 0; i < a->file_count; i++) {
 		const char *base = strrchr(a->files[i], '/');
-		unsigned char *data;
-		char *b64;
+		char *data, *b64;
 		size_t len = 0;
+		int rc;
 
 		base = base ? base + 1 : a->files[i];
-		data = (unsigned char *)remote_read_input(a->files[i], &len, REMOTE_INPUTS_MAX);
-		if (!data || (total += len) > REMOTE_INPUTS_MAX) {
+		rc = fd_read_file(AT_FDCWD, a->files[i], 0, REMOTE_INPUTS_MAX, &data, &len);
+		if (rc < 0 || (total += len) > REMOTE_INPUTS_MAX) {
 			cli_error("cannot read %s: %s", a->files[i],
-				  data ? "the inputs are larger than 48 MiB in all" : strerror(errno));
+				  rc < 0 ? strerror(-rc) : "the inputs are larger than 48 MiB in all");
 			free(data);
 			goto out;
 		}
-		b64 = wire_base64(data, len);
+		b64 = wire_base64((const unsigned char *)data, len);
 		free(data);
 		if (!b64 || json_array_append_new(files, json_pack("{s:s, s:s}", "path", base,
 								    "content_base64", b64)) < 0) {

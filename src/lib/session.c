@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fdio.h"
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -579,29 +580,21 @@ NBRUN_EXPORT int nbrun_session_notebook(char **out, struct nbrun_session *s)
 	for (size_t i = 0; i < s->n_dirs && rc == 0; i++) {
 		char *path = NULL, *data = NULL;
 		json_t *part = NULL, *cell;
-		struct stat st;
-		size_t k;
-		int fd;
+		size_t k, len = 0;
 
 		if (asprintf(&path, "%s/notebook.ipynb", s->dirs[i]) < 0) {
 			rc = nbrun__err(&s->ctx, NBRUN_ENOMEM, "out of memory");
 			break;
 		}
-		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		free(path);
-		if (fd < 0)
-			continue; /* removed by its owner: that execution is left out */
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-		    total + (uint64_t)st.st_size <= NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES &&
-		    (data = malloc((size_t)st.st_size + 1)) &&
-		    read(fd, data, (size_t)st.st_size) == st.st_size) {
-			total += (uint64_t)st.st_size;
-			if (nbrun__notebook_loadb(&part, &s->ctx, data, (size_t)st.st_size,
-						  NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES) < 0)
+		/* One removed by its owner (or over what is left of the cap) is left out. */
+		if (fd_read_file(AT_FDCWD, path, FD_READ_REGULAR | FD_READ_NOFOLLOW,
+				 (size_t)(NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES - total), &data, &len) == 0) {
+			total += len;
+			if (nbrun__notebook_loadb(&part, &s->ctx, data, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES) < 0)
 				part = NULL;
 		}
+		free(path);
 		free(data);
-		close(fd);
 		json_array_foreach(json_object_get(part, "cells"), k, cell) {
 			char cid[48];
 			snprintf(cid, sizeof(cid), "e%zu-c%zu", i + 1, k);

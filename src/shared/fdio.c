@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -116,4 +117,31 @@ int fd_read_all(int fd, size_t max, char **out, size_t *len)
 	*out = buf_steal(&b);
 	buf_free(&b);
 	return *out ? 0 : -ENOMEM;
+}
+
+int fd_read_file(int dirfd, const char *path, unsigned int flags, size_t max, char **out, size_t *len)
+{
+	int oflags = O_RDONLY | O_CLOEXEC, fd, rc = 0;
+	struct stat st;
+
+	*out = NULL;
+	*len = 0;
+	/* O_NONBLOCK: opening a FIFO waits for no writer; a regular file reads as usual. */
+	if (flags & FD_READ_REGULAR)
+		oflags |= O_NONBLOCK;
+	if (flags & FD_READ_NOFOLLOW)
+		oflags |= O_NOFOLLOW;
+	fd = openat(dirfd, path, oflags);
+	if (fd < 0)
+		return -errno;
+	if (flags & FD_READ_REGULAR) {
+		if (fstat(fd, &st) < 0)
+			rc = -errno;
+		else if (!S_ISREG(st.st_mode))
+			rc = -EINVAL;
+	}
+	if (rc == 0)
+		rc = fd_read_all(fd, max, out, len);
+	close(fd);
+	return rc;
 }

@@ -12,6 +12,18 @@
  */
 int fd_read_all(int fd, size_t max, char **out, size_t *len);
 
+/* How fd_read_file() opens. */
+#define FD_READ_REGULAR 0x1  /* anything but a regular file is -EINVAL (and opening it never blocks) */
+#define FD_READ_NOFOLLOW 0x2 /* a symbolic link as the last component is -ELOOP */
+
+/*
+ * The file at path (relative to dirfd; AT_FDCWD for the working directory)
+ * read whole as fd_read_all() does: at most max bytes into *out (malloc'd,
+ * NUL-terminated; *len bytes without the NUL). 0 or -errno: -EFBIG when
+ * there is more.
+ */
+int fd_read_file(int dirfd, const char *path, unsigned int flags, size_t max, char **out, size_t *len);
+
 /* Write all of buf to fd. 0 or -errno. */
 int fd_write_all(int fd, const void *buf, size_t len);
 
