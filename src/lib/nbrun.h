@@ -149,19 +149,6 @@ NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *result, s
 NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *result, const char **name,
 				    const char **value, const char **traceback);
 /**
- * The number of images written.
- * @param result  a result
- * @return the count; nbrun_result_image_path() gets each
- */
-NBRUN_EXPORT size_t nbrun_result_image_count(const struct nbrun_result *result);
-/**
- * An image written, as a path relative to the output directory.
- * @param result  a result
- * @param i       0 to nbrun_result_image_count() - 1
- * @return a string owned by result, or NULL when i is out of range
- */
-NBRUN_EXPORT const char *nbrun_result_image_path(const struct nbrun_result *result, size_t i);
-/**
  * The number of files exported from /mnt/data.
  * @param result  a result
  * @return the count; nbrun_result_file_path() gets each

@@ -170,21 +170,6 @@ NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *r, const char **n
 	return 1;
 }
 
-static const char *result_list_path(const struct nbrun_result *r, const char *key, size_t i)
-{
-	return json_string_value(json_object_get(json_array_get(json_object_get(r->doc, key), i), "path"));
-}
-
-NBRUN_EXPORT size_t nbrun_result_image_count(const struct nbrun_result *r)
-{
-	return json_array_size(json_object_get(r->doc, "images"));
-}
-
-NBRUN_EXPORT const char *nbrun_result_image_path(const struct nbrun_result *r, size_t i)
-{
-	return result_list_path(r, "images", i);
-}
-
 NBRUN_EXPORT size_t nbrun_result_file_count(const struct nbrun_result *r)
 {
 	return json_array_size(json_object_get(r->doc, "files"));
@@ -192,7 +177,9 @@ NBRUN_EXPORT size_t nbrun_result_file_count(const struct nbrun_result *r)
 
 NBRUN_EXPORT const char *nbrun_result_file_path(const struct nbrun_result *r, size_t i)
 {
-	return result_list_path(r, "files", i);
+	const json_t *f = json_array_get(json_object_get(r->doc, "files"), i);
+
+	return json_string_value(json_object_get(f, "path"));
 }
 
 NBRUN_EXPORT size_t nbrun_result_skipped_count(const struct nbrun_result *r)
