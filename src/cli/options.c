@@ -103,10 +103,8 @@ const char cli_run_options_help[] =
 
 int cli_run_args_init(struct cli_run_args *a, int argc)
 {
-	struct nbrun_run_options init = NBRUN_RUN_OPTIONS_INIT;
-
 	memset(a, 0, sizeof(*a));
-	a->opts = init;
+	nbrun_run_options_init(&a->opts, NBRUN_RUN_OPTIONS_VERSION);
 	a->files = calloc((size_t)argc + 1, sizeof(*a->files));
 	a->env = calloc((size_t)argc + 1, sizeof(*a->env));
 	return a->files && a->env ? 0 : -1;

@@ -526,6 +526,10 @@ void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_r
 const char *nbrun__run_runtime(const struct nbrun_run_options *o);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
+/* 0, or NBRUN_EINVAL said on ctx: "what" options missing (version NULL: no
+ * struct) or of a version other than 1 to known. */
+int nbrun__options_version(struct nbrun_ctx *ctx, const char *what, const unsigned int *version,
+			   unsigned int known);
 
 /* ---- gc.c ----------------------------------------------------------------- */
 

@@ -10,8 +10,11 @@
  *  - Output parameters come first and are named out; on failure *out is left
  *    NULL. Objects returned through out belong to the caller and are released
  *    with the matching _free(), which accepts NULL.
- *  - Option structs carry a version and are initialised with their
- *    _OPTIONS_INIT macro so that new fields get safe defaults.
+ *  - Option structs carry a version first and are initialised with their
+ *    _OPTIONS_INIT macro, or their _options_init() function (from C++
+ *    before C++20, which lacks designated initialisers), so that new fields
+ *    get safe defaults. A function given options of a version it does not
+ *    know refuses them with NBRUN_EINVAL.
  *  - Everything the container sends back is untrusted: it is bounded and
  *    validated before use, and bad input yields an error, never a crash.
  */
@@ -203,7 +206,16 @@ struct nbrun_parse_options {
 	struct nbrun_parse_limits limits;
 };
 #define NBRUN_PARSE_OPTIONS_VERSION 1
-#define NBRUN_PARSE_OPTIONS_INIT { NBRUN_PARSE_OPTIONS_VERSION, NULL, { 0, 0, 0, 0, 0 } }
+#define NBRUN_PARSE_OPTIONS_INIT { .version = NBRUN_PARSE_OPTIONS_VERSION }
+
+/**
+ * Fill parse options with the defaults of NBRUN_PARSE_OPTIONS_INIT.
+ * @param opts     the options to fill (the caller's)
+ * @param version  NBRUN_PARSE_OPTIONS_VERSION
+ * @return 0; NBRUN_EINVAL when opts is NULL or the version is one this
+ *         library does not know (opts is then left as it was)
+ */
+NBRUN_EXPORT int nbrun_parse_options_init(struct nbrun_parse_options *opts, unsigned int version);
 
 /**
  * Read an executed notebook (no engine needed) and build its result:
@@ -316,12 +328,24 @@ struct nbrun_run_options {
 	const char *runtime;
 };
 #define NBRUN_RUN_OPTIONS_VERSION 6
-#define NBRUN_RUN_OPTIONS_INIT                                                                   \
-	{                                                                                        \
-		NBRUN_RUN_OPTIONS_VERSION, NULL, 60000, 0, 1ULL << 30, 1000000000ULL, 256,          \
-			512ULL << 20, "none", NULL, 0, NULL, 0, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, \
-			NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL                              \
+/* The fields it does not name default to 0 or NULL. */
+#define NBRUN_RUN_OPTIONS_INIT                                                                  \
+	{                                                                                       \
+		.version = NBRUN_RUN_OPTIONS_VERSION, .timeout_ms = 60000,                      \
+		.memory_bytes = 1ULL << 30, .nano_cpus = 1000000000ULL, .pids = 256,            \
+		.disk_bytes = 512ULL << 20, .network = "none",                                  \
 	}
+
+/**
+ * Fill run options with the defaults of NBRUN_RUN_OPTIONS_INIT.
+ * @param opts     the options to fill (the caller's)
+ * @param version  NBRUN_RUN_OPTIONS_VERSION; an older version (1 to 5) fills
+ *                 only the fields it has, as a program built against an
+ *                 older nbrun.h allocated them
+ * @return 0; NBRUN_EINVAL when opts is NULL or the version is one this
+ *         library does not know (opts is then left as it was)
+ */
+NBRUN_EXPORT int nbrun_run_options_init(struct nbrun_run_options *opts, unsigned int version);
 
 /**
  * The language a source file is in, from its extension (.py, .R or .r,
@@ -448,8 +472,21 @@ struct nbrun_pool_options {
 	size_t language_count;
 };
 #define NBRUN_POOL_OPTIONS_VERSION 2
-#define NBRUN_POOL_OPTIONS_INIT \
-	{ NBRUN_POOL_OPTIONS_VERSION, 2, NULL, "numpy,pandas,matplotlib.pyplot", NULL, 0 }
+#define NBRUN_POOL_OPTIONS_INIT                                                    \
+	{                                                                          \
+		.version = NBRUN_POOL_OPTIONS_VERSION, .size = 2,                  \
+		.preload = "numpy,pandas,matplotlib.pyplot",                       \
+	}
+
+/**
+ * Fill pool options with the defaults of NBRUN_POOL_OPTIONS_INIT.
+ * @param opts     the options to fill (the caller's)
+ * @param version  NBRUN_POOL_OPTIONS_VERSION; version 1 fills only the
+ *                 fields it has
+ * @return 0; NBRUN_EINVAL when opts is NULL or the version is one this
+ *         library does not know (opts is then left as it was)
+ */
+NBRUN_EXPORT int nbrun_pool_options_init(struct nbrun_pool_options *opts, unsigned int version);
 
 /**
  * Create a pool and start filling it in the background: one thread makes
@@ -547,7 +584,16 @@ struct nbrun_exec_options {
 	void *event_payload;
 };
 #define NBRUN_EXEC_OPTIONS_VERSION 1
-#define NBRUN_EXEC_OPTIONS_INIT { NBRUN_EXEC_OPTIONS_VERSION, 60000, NULL, { 0, 0, 0, 0, 0 }, 0, 0, NULL, NULL }
+#define NBRUN_EXEC_OPTIONS_INIT { .version = NBRUN_EXEC_OPTIONS_VERSION, .timeout_ms = 60000 }
+
+/**
+ * Fill execute options with the defaults of NBRUN_EXEC_OPTIONS_INIT.
+ * @param opts     the options to fill (the caller's)
+ * @param version  NBRUN_EXEC_OPTIONS_VERSION
+ * @return 0; NBRUN_EINVAL when opts is NULL or the version is one this
+ *         library does not know (opts is then left as it was)
+ */
+NBRUN_EXPORT int nbrun_exec_options_init(struct nbrun_exec_options *opts, unsigned int version);
 
 /**
  * Execute code in the session's kernel ("# %%" lines split it into cells;

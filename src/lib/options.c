@@ -1,14 +1,103 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Run options: their checks and their translation into a sandbox spec. They
+ * Options: every options struct's initialiser and version check; the run
+ * options' checks and their translation into a sandbox spec. Run options
  * serve the one-shot run, the pool and sessions alike, so they live apart
  * from any of them.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "nbrun-private.h"
 #include "text.h"
 
+/* ---- versions ---------------------------------------------------------------- */
+
+int nbrun__options_version(struct nbrun_ctx *ctx, const char *what, const unsigned int *version,
+			   unsigned int known)
+{
+	if (!version)
+		return nbrun__err(ctx, NBRUN_EINVAL, "%s options missing", what);
+	if (*version < 1 || *version > known)
+		return known == 1 ? nbrun__err(ctx, NBRUN_EINVAL,
+					       "%s options of another version (%u): this library knows version 1",
+					       what, *version)
+				  : nbrun__err(ctx, NBRUN_EINVAL,
+					       "%s options of another version (%u): this library knows 1 to %u",
+					       what, *version, known);
+	return 0;
+}
+
+/* Every options struct's defaults, as its macro has them. */
+static const struct nbrun_run_options run_defaults = NBRUN_RUN_OPTIONS_INIT;
+static const struct nbrun_pool_options pool_defaults = NBRUN_POOL_OPTIONS_INIT;
+static const struct nbrun_exec_options exec_defaults = NBRUN_EXEC_OPTIONS_INIT;
+static const struct nbrun_parse_options parse_defaults = NBRUN_PARSE_OPTIONS_INIT;
+
+/*
+ * How much of each options struct each of its versions has: fields are only
+ * ever added at the end, and a program built against an older nbrun.h
+ * allocated no more than its version's share.
+ */
+static const size_t run_sizes[] = {
+	offsetof(struct nbrun_run_options, pool),
+	offsetof(struct nbrun_run_options, on_event),
+	offsetof(struct nbrun_run_options, language),
+	offsetof(struct nbrun_run_options, allow_errors),
+	offsetof(struct nbrun_run_options, runtime),
+	sizeof(struct nbrun_run_options),
+};
+static const size_t pool_sizes[] = {
+	offsetof(struct nbrun_pool_options, languages),
+	sizeof(struct nbrun_pool_options),
+};
+static const size_t exec_sizes[] = { sizeof(struct nbrun_exec_options) };
+static const size_t parse_sizes[] = { sizeof(struct nbrun_parse_options) };
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+_Static_assert(COUNT(run_sizes) == NBRUN_RUN_OPTIONS_VERSION, "a size for each run options version");
+_Static_assert(COUNT(pool_sizes) == NBRUN_POOL_OPTIONS_VERSION, "a size for each pool options version");
+_Static_assert(COUNT(exec_sizes) == NBRUN_EXEC_OPTIONS_VERSION, "a size for each exec options version");
+_Static_assert(COUNT(parse_sizes) == NBRUN_PARSE_OPTIONS_VERSION, "a size for each parse options version");
+/* options_init() writes the version where every options struct has it. */
+_Static_assert(offsetof(struct nbrun_run_options, version) == 0 &&
+		       offsetof(struct nbrun_pool_options, version) == 0 &&
+		       offsetof(struct nbrun_exec_options, version) == 0 &&
+		       offsetof(struct nbrun_parse_options, version) == 0,
+	       "the version first");
+
+/* The defaults of tpl into the caller's share of opts, then the caller's version. */
+static int options_init(void *opts, unsigned int version, const void *tpl, const size_t *sizes,
+			size_t known)
+{
+	if (!opts || version < 1 || version > known)
+		return NBRUN_EINVAL;
+	memcpy(opts, tpl, sizes[version - 1]);
+	memcpy(opts, &version, sizeof(version));
+	return 0;
+}
+
+NBRUN_EXPORT int nbrun_run_options_init(struct nbrun_run_options *opts, unsigned int version)
+{
+	return options_init(opts, version, &run_defaults, run_sizes, COUNT(run_sizes));
+}
+
+NBRUN_EXPORT int nbrun_pool_options_init(struct nbrun_pool_options *opts, unsigned int version)
+{
+	return options_init(opts, version, &pool_defaults, pool_sizes, COUNT(pool_sizes));
+}
+
+NBRUN_EXPORT int nbrun_exec_options_init(struct nbrun_exec_options *opts, unsigned int version)
+{
+	return options_init(opts, version, &exec_defaults, exec_sizes, COUNT(exec_sizes));
+}
+
+NBRUN_EXPORT int nbrun_parse_options_init(struct nbrun_parse_options *opts, unsigned int version)
+{
+	return options_init(opts, version, &parse_defaults, parse_sizes, COUNT(parse_sizes));
+}
+
+/* ---- run options -------------------------------------------------------------- */
 
 #define RUN_IMAGE_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-"
 
@@ -50,8 +139,10 @@ static size_t run_input_name(const char *path, const char **name)
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o)
 {
 	/* Version 1 lacks the pool, which run_pool() reads only from version 2. */
-	if (!o || o->version < 1 || o->version > NBRUN_RUN_OPTIONS_VERSION)
-		return nbrun__err(ctx, NBRUN_EINVAL, "run options missing or of another version");
+	int rc = nbrun__options_version(ctx, "run", o ? &o->version : NULL, NBRUN_RUN_OPTIONS_VERSION);
+
+	if (rc < 0)
+		return rc;
 	if (o->version >= 4 && o->language && !nbrun__language_find(o->language))
 		return nbrun__err(ctx, NBRUN_EINVAL, "unknown language '%.64s'; languages: %s",
 				  o->language, nbrun__language_names());

@@ -312,10 +312,14 @@ NBRUN_EXPORT int nbrun_parse_file(struct nbrun_result **out, struct nbrun_ctx *c
 	int dirfd = -1, rc;
 
 	*out = NULL;
-	if (!path || (opts && opts->version != NBRUN_PARSE_OPTIONS_VERSION)) {
+	if (!path) {
 		rc = nbrun__err(ctx, NBRUN_EINVAL, "nbrun_parse_file: bad arguments");
 		goto out;
 	}
+	/* No options: the defaults. */
+	rc = opts ? nbrun__options_version(ctx, "parse", &opts->version, NBRUN_PARSE_OPTIONS_VERSION) : 0;
+	if (rc < 0)
+		goto out;
 	nbrun__limits_resolve(&lim, opts ? &opts->limits : NULL);
 	/* A bad notebook is reported before anything is created. */
 	rc = nbrun__notebook_load(&nb, ctx, AT_FDCWD, path, lim.max_notebook_bytes);

@@ -368,8 +368,9 @@ static int pool_check(struct nbrun_ctx *ctx, const struct nbrun_pool_options *o)
 	unsigned int total;
 	int rc;
 
-	if (!o || o->version < 1 || o->version > NBRUN_POOL_OPTIONS_VERSION)
-		return nbrun__err(ctx, NBRUN_EINVAL, "pool options missing or of another version");
+	rc = nbrun__options_version(ctx, "pool", o ? &o->version : NULL, NBRUN_POOL_OPTIONS_VERSION);
+	if (rc < 0)
+		return rc;
 	rc = pool_check_languages(ctx, o, &total);
 	if (rc < 0)
 		return rc;

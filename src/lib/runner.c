@@ -310,6 +310,10 @@ NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx
 	*out = NULL;
 	if (!code)
 		return nbrun__err(ctx, NBRUN_EINVAL, "no code given");
+	/* Before run_language() reads the options' fields by version. */
+	rc = nbrun__options_version(ctx, "run", opts ? &opts->version : NULL, NBRUN_RUN_OPTIONS_VERSION);
+	if (rc < 0)
+		return rc;
 	rc = run_language(&lang, ctx, opts, NULL);
 	if (rc < 0)
 		return rc;
@@ -330,6 +334,9 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
 	int rc;
 
 	*out = NULL;
+	rc = nbrun__options_version(ctx, "run", opts ? &opts->version : NULL, NBRUN_RUN_OPTIONS_VERSION);
+	if (rc < 0)
+		return rc;
 	rc = nbrun__notebook_loadb(&nb, ctx, notebook, len, NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES);
 	if (rc < 0)
 		return rc;

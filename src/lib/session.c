@@ -461,8 +461,10 @@ NBRUN_EXPORT int nbrun_session_execute(struct nbrun_result **out, struct nbrun_s
 	*out = NULL;
 	if (!s)
 		return NBRUN_EINVAL;
-	if (!eo || eo->version != NBRUN_EXEC_OPTIONS_VERSION)
-		return nbrun__err(&s->ctx, NBRUN_EINVAL, "execute options missing or of another version");
+	rc = nbrun__options_version(&s->ctx, "execute", eo ? &eo->version : NULL,
+				    NBRUN_EXEC_OPTIONS_VERSION);
+	if (rc < 0)
+		return rc;
 	if (eo->timeout_ms == 0 || eo->timeout_ms > 24ULL * 3600 * 1000)
 		return nbrun__err(&s->ctx, NBRUN_EINVAL, "timeout must be between 1 ms and 24 h");
 	if (!code)

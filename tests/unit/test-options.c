@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Value parsing (src/shared/units.c, src/cli/options.c) and exit-code mapping. */
+/* Value parsing (src/shared/units.c, src/cli/options.c), exit-code mapping, and the
+ * library's options initialisers and version checks (src/lib/options.c). */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -357,6 +358,167 @@ static void inputs_same_name(void **state)
 	cli_run_args_free(&a);
 }
 
+/* ---- the library's options initialisers (src/lib/options.c) -------------------- */
+
+/* What options hold before an initialiser runs: nothing a default is. */
+#define GARBAGE 0xa5
+/* A field of got as the macro's want has it. */
+#define SAME(field) assert_memory_equal(&got.field, &want.field, sizeof(got.field))
+/* got filled by init, for version v, over garbage. */
+#define INIT_GOT(init, v)                                                                          \
+	do {                                                                                       \
+		memset(&got, GARBAGE, sizeof(got));                                                \
+		assert_int_equal(init(&got, v), 0);                                                \
+		assert_int_equal(got.version, v);                                                  \
+	} while (0)
+
+/* Bytes from off to the end of the struct still as the initialiser found them. */
+static void untouched_from(const void *opts, size_t off, size_t size)
+{
+	const unsigned char *p = opts;
+
+	for (size_t i = off; i < size; i++)
+		if (p[i] != GARBAGE)
+			fail_msg("byte %zu of %zu was written", i, size);
+}
+
+static void run_options_init(void **state)
+{
+	const struct nbrun_run_options want = NBRUN_RUN_OPTIONS_INIT;
+	struct nbrun_run_options got;
+
+	INIT_GOT(nbrun_run_options_init, NBRUN_RUN_OPTIONS_VERSION);
+	SAME(image), SAME(timeout_ms), SAME(cell_timeout_ms), SAME(memory_bytes);
+	SAME(nano_cpus), SAME(pids), SAME(disk_bytes), SAME(env), SAME(env_count), SAME(files);
+	SAME(file_count), SAME(out_dir), SAME(limits), SAME(max_file_bytes), SAME(max_files);
+	SAME(progress), SAME(payload), SAME(cancel), SAME(pool), SAME(on_event), SAME(event_payload);
+	SAME(language), SAME(allow_errors), SAME(runtime);
+	assert_string_equal(got.network, want.network);
+	/* the defaults nbrun.h documents, so that the macro cannot drift either */
+	assert_true(want.timeout_ms == 60000 && want.memory_bytes == 1ULL << 30 &&
+		    want.nano_cpus == 1000000000ULL && want.pids == 256 &&
+		    want.disk_bytes == 512ULL << 20 && !strcmp(want.network, "none"));
+
+	/* a program built against version 4 allocated no allow_errors, no runtime */
+	INIT_GOT(nbrun_run_options_init, 4);
+	SAME(timeout_ms), SAME(pool), SAME(language);
+	untouched_from(&got, offsetof(struct nbrun_run_options, allow_errors), sizeof(got));
+	INIT_GOT(nbrun_run_options_init, 1);
+	SAME(pids), SAME(cancel);
+	untouched_from(&got, offsetof(struct nbrun_run_options, pool), sizeof(got));
+}
+
+static void pool_exec_parse_options_init(void **state)
+{
+	{
+		const struct nbrun_pool_options want = NBRUN_POOL_OPTIONS_INIT;
+		struct nbrun_pool_options got;
+
+		INIT_GOT(nbrun_pool_options_init, NBRUN_POOL_OPTIONS_VERSION);
+		SAME(size), SAME(run), SAME(languages), SAME(language_count);
+		assert_string_equal(got.preload, "numpy,pandas,matplotlib.pyplot");
+		assert_int_equal(want.size, 2);
+		INIT_GOT(nbrun_pool_options_init, 1);
+		SAME(size), SAME(run);
+		untouched_from(&got, offsetof(struct nbrun_pool_options, languages), sizeof(got));
+	}
+	{
+		const struct nbrun_exec_options want = NBRUN_EXEC_OPTIONS_INIT;
+		struct nbrun_exec_options got;
+
+		INIT_GOT(nbrun_exec_options_init, NBRUN_EXEC_OPTIONS_VERSION);
+		SAME(timeout_ms), SAME(out_dir), SAME(limits), SAME(max_file_bytes);
+		SAME(max_files), SAME(on_event), SAME(event_payload);
+		assert_true(want.timeout_ms == 60000);
+	}
+	{
+		const struct nbrun_parse_options want = NBRUN_PARSE_OPTIONS_INIT;
+		struct nbrun_parse_options got;
+
+		INIT_GOT(nbrun_parse_options_init, NBRUN_PARSE_OPTIONS_VERSION);
+		SAME(out_dir), SAME(limits);
+	}
+}
+
+/* An unknown version, or no struct, is NBRUN_EINVAL, and the struct is left as it was. */
+#define INIT_REFUSED(init, type, known)                                                           \
+	do {                                                                                      \
+		type o_;                                                                          \
+		memset(&o_, GARBAGE, sizeof(o_));                                                 \
+		assert_int_equal(init(&o_, 0), NBRUN_EINVAL);                                     \
+		assert_int_equal(init(&o_, (known) + 1), NBRUN_EINVAL);                           \
+		untouched_from(&o_, 0, sizeof(o_));                                               \
+		assert_int_equal(init(NULL, known), NBRUN_EINVAL);                                \
+	} while (0)
+
+static void options_init_unknown_version(void **state)
+{
+	INIT_REFUSED(nbrun_run_options_init, struct nbrun_run_options, NBRUN_RUN_OPTIONS_VERSION);
+	INIT_REFUSED(nbrun_pool_options_init, struct nbrun_pool_options, NBRUN_POOL_OPTIONS_VERSION);
+	INIT_REFUSED(nbrun_exec_options_init, struct nbrun_exec_options, NBRUN_EXEC_OPTIONS_VERSION);
+	INIT_REFUSED(nbrun_parse_options_init, struct nbrun_parse_options, NBRUN_PARSE_OPTIONS_VERSION);
+}
+
+static void says(const struct nbrun_ctx *ctx, const char *fmt, ...)
+{
+	char want[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	if (!strstr(nbrun_ctx_errmsg(ctx), want))
+		fail_msg("message: '%s' (wanted: '%s')", nbrun_ctx_errmsg(ctx), want);
+}
+
+/*
+ * Options of an unknown version are refused before anything is read or
+ * started: no engine is asked (there is none here), no file is read.
+ */
+static void options_unknown_version_refused(void **state)
+{
+	static const char nb[] = "{\"nbformat\": 4, \"nbformat_minor\": 5, \"metadata\": {}, \"cells\": []}";
+	struct nbrun_run_options ro = NBRUN_RUN_OPTIONS_INIT;
+	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
+	struct nbrun_parse_options pa = NBRUN_PARSE_OPTIONS_INIT;
+	struct nbrun_result *r = (void *)0x1;
+	struct nbrun_session *s = (void *)0x1;
+	struct nbrun_pool *p = (void *)0x1;
+	struct nbrun_ctx *ctx;
+
+	assert_int_equal(nbrun_ctx_new(&ctx), 0);
+	ro.version = NBRUN_RUN_OPTIONS_VERSION + 1;
+	assert_int_equal(nbrun_run_code(&r, ctx, "1", &ro), NBRUN_EINVAL);
+	assert_null(r);
+	says(ctx, "run options of another version (%d): this library knows 1 to %d",
+	     NBRUN_RUN_OPTIONS_VERSION + 1, NBRUN_RUN_OPTIONS_VERSION);
+	assert_int_equal(nbrun_run_notebook(&r, ctx, nb, sizeof(nb) - 1, &ro), NBRUN_EINVAL);
+	says(ctx, "run options of another version");
+	assert_int_equal(nbrun_session_open(&s, ctx, &ro), NBRUN_EINVAL);
+	assert_null(s);
+	says(ctx, "run options of another version");
+	ro.version = 0;
+	assert_int_equal(nbrun_run_code(&r, ctx, "1", &ro), NBRUN_EINVAL);
+	says(ctx, "run options of another version (0)");
+	assert_int_equal(nbrun_run_code(&r, ctx, "1", NULL), NBRUN_EINVAL);
+	says(ctx, "run options missing");
+
+	po.version = NBRUN_POOL_OPTIONS_VERSION + 1;
+	assert_int_equal(nbrun_pool_new(&p, ctx, &po), NBRUN_EINVAL);
+	assert_null(p);
+	says(ctx, "pool options of another version (%d)", NBRUN_POOL_OPTIONS_VERSION + 1);
+	po.version = NBRUN_POOL_OPTIONS_VERSION;
+	po.run = &ro; /* checked as a run's */
+	assert_int_equal(nbrun_pool_new(&p, ctx, &po), NBRUN_EINVAL);
+	says(ctx, "run options of another version");
+
+	pa.version = NBRUN_PARSE_OPTIONS_VERSION + 1;
+	assert_int_equal(nbrun_parse_file(&r, ctx, "/nonexistent.ipynb", &pa), NBRUN_EINVAL);
+	says(ctx, "parse options of another version (%d): this library knows version 1",
+	     NBRUN_PARSE_OPTIONS_VERSION + 1);
+	nbrun_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +535,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(source_nul),
 		cmocka_unit_test(open_input),
 		cmocka_unit_test(inputs_same_name),
+		cmocka_unit_test(run_options_init),
+		cmocka_unit_test(pool_exec_parse_options_init),
+		cmocka_unit_test(options_init_unknown_version),
+		cmocka_unit_test(options_unknown_version_refused),
 	};
 	unit_filter_args(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
