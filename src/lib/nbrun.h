@@ -80,7 +80,10 @@ struct nbrun_ctx;
  */
 NBRUN_EXPORT int nbrun_ctx_new(struct nbrun_ctx **out);
 
-/** Release a context (NULL is fine). */
+/**
+ * Release a context.
+ * @param ctx  the context (NULL is fine); its message goes with it
+ */
 NBRUN_EXPORT void nbrun_ctx_free(struct nbrun_ctx *ctx);
 
 /**
@@ -99,7 +102,10 @@ NBRUN_EXPORT const char *nbrun_ctx_errmsg(const struct nbrun_ctx *ctx);
  */
 struct nbrun_result;
 
-/** Release a result (NULL is fine). */
+/**
+ * Release a result and every string its accessors returned.
+ * @param result  the result (NULL is fine)
+ */
 NBRUN_EXPORT void nbrun_result_free(struct nbrun_result *result);
 /**
  * How the run ended.
@@ -146,8 +152,12 @@ NBRUN_EXPORT size_t nbrun_result_value_count(const struct nbrun_result *result);
 NBRUN_EXPORT const char *nbrun_result_value(const struct nbrun_result *result, size_t i);
 /**
  * The first error a cell raised.
- * @return 1 and fills name/value/traceback (any may be NULL) when there is
- *         one, 0 otherwise.
+ * @param result     a result
+ * @param name       receives the exception's name, owned by result (may be NULL)
+ * @param value      receives its message, owned by result (may be NULL)
+ * @param traceback  receives its traceback, owned by result (may be NULL)
+ * @return 1 and fills name/value/traceback when there is one (a string the
+ *         document lacks is NULL), 0 otherwise (nothing filled)
  */
 NBRUN_EXPORT int nbrun_result_error(const struct nbrun_result *result, const char **name,
 				    const char **value, const char **traceback);
@@ -181,6 +191,7 @@ NBRUN_EXPORT const char *nbrun_result_out_dir(const struct nbrun_result *result)
 /**
  * Serialise the result document.
  * @param out     receives a NUL-terminated JSON text; free() it
+ * @param result  a result
  * @param pretty  non-zero for indented output
  * @return 0 or NBRUN_ENOMEM
  */
@@ -221,8 +232,12 @@ NBRUN_EXPORT int nbrun_parse_options_init(struct nbrun_parse_options *opts, unsi
  * Read an executed notebook (no engine needed) and build its result:
  * outputs, text, errors and images (written under out_dir/images/).
  * @param out   receives the result; nbrun_result_free()
+ * @param ctx   the context (the message of a failure)
  * @param path  the .ipynb to read
- * @return 0; NBRUN_ENOTFOUND, NBRUN_EPARSE (malformed, unsupported nbformat,
+ * @param opts  output directory and limits (NBRUN_PARSE_OPTIONS_INIT), or
+ *              NULL for no directory and the default limits
+ * @return 0; NBRUN_EINVAL (no path, or options of another version),
+ *         NBRUN_ENOTFOUND, NBRUN_EPARSE (malformed, unsupported nbformat,
  *         too large), NBRUN_EIO, NBRUN_ENOSPC (result.json did not fit),
  *         NBRUN_ENOMEM
  */
@@ -359,6 +374,7 @@ NBRUN_EXPORT const char *nbrun_language_for_path(const char *path);
 /**
  * The canonical name of a language given by name or alias, any case
  * ("R" -> "r", "js" -> "javascript", "ts", "sh", "py").
+ * @param name  a name or alias
  * @return a static string, or NULL when nbrun runs no such language
  */
 NBRUN_EXPORT const char *nbrun_language_name(const char *name);
@@ -375,6 +391,7 @@ NBRUN_EXPORT const char *nbrun_language_names(void);
  * that advertises only what it can run.
  * @param out    receives the names, space-separated in the order above
  *               ("python r javascript typescript bash"); free()
+ * @param ctx    the context (the message of a failure)
  * @param image  the image (NULL: the default, as a run resolves it)
  * @return 0; NBRUN_EENGINE, NBRUN_ENOIMAGE, NBRUN_ENOMEM
  */
@@ -389,7 +406,11 @@ NBRUN_EXPORT int nbrun_image_languages(char **out, struct nbrun_ctx *ctx, const 
  * or failed), and the container and its volumes are removed whatever
  * happened.
  * @param out   receives the result; nbrun_result_free()
+ * @param ctx   the context (the message of a failure); a result's own
+ *              explanation is nbrun_result_message()
  * @param code  NUL-terminated Python source
+ * @param opts  image, limits, inputs, output directory, callbacks
+ *              (NBRUN_RUN_OPTIONS_INIT or nbrun_run_options_init())
  * @return 0 when a result was produced (check its status);
  *         NBRUN_EINVAL (bad options), NBRUN_ENOTFOUND (input file),
  *         NBRUN_EENGINE, NBRUN_ENOIMAGE, NBRUN_ECANCELLED, NBRUN_EIO,
@@ -403,8 +424,10 @@ NBRUN_EXPORT int nbrun_run_code(struct nbrun_result **out, struct nbrun_ctx *ctx
 /**
  * Run an existing notebook (nbformat 4 JSON) like nbrun_run_code().
  * @param out       receives the result; nbrun_result_free()
+ * @param ctx       the context, as for nbrun_run_code()
  * @param notebook  the notebook text
  * @param len       its length in bytes
+ * @param opts      as for nbrun_run_code()
  * @return as nbrun_run_code(); NBRUN_EPARSE when the notebook is malformed
  */
 NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx *ctx,
@@ -419,6 +442,7 @@ NBRUN_EXPORT int nbrun_run_notebook(struct nbrun_result **out, struct nbrun_ctx 
  * upgraded to nbformat 4.5.
  * @param out       receives the new notebook text (NUL-terminated); free()
  * @param out_len   receives its length (may be NULL)
+ * @param ctx       the context (the message of a failure)
  * @param notebook  nbformat 4 JSON text
  * @param len       its length
  * @param params    a JSON object text: {"name": value, ...}; values may be
@@ -492,6 +516,8 @@ NBRUN_EXPORT int nbrun_pool_options_init(struct nbrun_pool_options *opts, unsign
  * Create a pool and start filling it in the background: one thread makes
  * the sandboxes of every language in turn, another removes used ones.
  * @param out   receives the pool; nbrun_pool_free()
+ * @param ctx   the context (the message of a failure); the pool keeps none
+ *              (nbrun_pool_last_error())
  * @param opts  sizes, languages, sandbox limits, preload (copied)
  * @return 0; NBRUN_EINVAL (bad options, an unknown language, or one
  *         whose kernel the image lacks: the message names the image's),
@@ -503,8 +529,9 @@ NBRUN_EXPORT int nbrun_pool_new(struct nbrun_pool **out, struct nbrun_ctx *ctx,
 
 /**
  * Stop refilling, destroy every sandbox of the pool (ready or being made)
- * and wait for the removals. NULL is fine. Runs still holding a lease must
- * have returned first.
+ * and wait for the removals.
+ * @param pool  the pool (NULL is fine); runs still holding a lease from it
+ *              must have returned first
  */
 NBRUN_EXPORT void nbrun_pool_free(struct nbrun_pool *pool);
 
@@ -520,25 +547,30 @@ struct nbrun_pool_stats {
 
 /**
  * Read the pool's counters.
- * @param out  filled with a consistent snapshot
- * @return 0, or NBRUN_EINVAL when pool is NULL
+ * @param out   filled with a consistent snapshot
+ * @param pool  the pool
+ * @return 0, or NBRUN_EINVAL when out or pool is NULL
  */
 NBRUN_EXPORT int nbrun_pool_stats(struct nbrun_pool_stats *out, struct nbrun_pool *pool);
 
 /**
  * Read the counters of one language's sandboxes in the pool.
  * @param out       filled with a consistent snapshot
+ * @param pool      the pool
  * @param language  a name or alias (nbrun_language_name())
  * @return 0; NBRUN_ENOTFOUND when the pool keeps none of that language,
- *         NBRUN_EINVAL when pool is NULL or the language unknown
+ *         NBRUN_EINVAL when out or pool is NULL or the language unknown
  */
 NBRUN_EXPORT int nbrun_pool_language_stats(struct nbrun_pool_stats *out, struct nbrun_pool *pool,
 					   const char *language);
 
 /**
  * The last reason a sandbox of the pool failed to start ("" when none), for
- * a health report. The text is copied into buf (NUL-terminated).
- * @return 0, or NBRUN_EINVAL when pool or buf is NULL
+ * a health report.
+ * @param buf   receives the text, NUL-terminated (cut to fit)
+ * @param len   the size of buf
+ * @param pool  the pool
+ * @return 0, or NBRUN_EINVAL when buf or pool is NULL or len is 0
  */
 NBRUN_EXPORT int nbrun_pool_last_error(char *buf, size_t len, struct nbrun_pool *pool);
 
