@@ -13,6 +13,7 @@ from .common import (DATA, EXIT_OK, EXIT_VIOLATION, INTERRUPT_RETRIES, LIST_MAX,
 from .execution import Execution
 from .files import (archive_chunks, archive_plan, file_chunks, list_data, open_data_file,
                     snapshot_data, unpack)
+from . import egress
 from .kernel import KernelHost
 
 
@@ -75,6 +76,9 @@ class Agent(KernelHost):
         self.queue = asyncio.Queue()
         reader = Reader(fd, self.deliver, self.end)
         threading.Thread(target=reader.run, name="channel-reader", daemon=True).start()
+        # The way out of a run with an allow-list, listening before any code runs.
+        if egress.wanted():
+            self.egress = await egress.start()
         self.kernel_task = asyncio.ensure_future(self.start_kernel())
         while True:
             await self.dispatch(await self.queue.get())
