@@ -56,7 +56,7 @@ int cli_bad_option(const char *cmd, char **argv);
 enum {
 	CLI_OPT_TIMEOUT = 256, CLI_OPT_CELL_TIMEOUT, CLI_OPT_MEMORY, CLI_OPT_CPUS, CLI_OPT_PIDS,
 	CLI_OPT_DISK, CLI_OPT_NETWORK, CLI_OPT_IMAGE, CLI_OPT_MAX_OUTPUT, CLI_OPT_JSON,
-	CLI_OPT_ALLOW_ERRORS, CLI_OPT_RUNTIME,
+	CLI_OPT_ALLOW_ERRORS, CLI_OPT_RUNTIME, CLI_OPT_ALLOW_NET, CLI_OPT_NET_BYTES, CLI_OPT_CA_CERTS,
 	CLI_OPT_FIRST_LOCAL = 300,
 };
 #define CLI_RUN_LONGOPTS                                                      \
@@ -72,7 +72,10 @@ enum {
 	{ "image", required_argument, NULL, CLI_OPT_IMAGE },                  \
 	{ "runtime", required_argument, NULL, CLI_OPT_RUNTIME },              \
 	{ "max-output", required_argument, NULL, CLI_OPT_MAX_OUTPUT },        \
-	{ "allow-errors", no_argument, NULL, CLI_OPT_ALLOW_ERRORS }
+	{ "allow-errors", no_argument, NULL, CLI_OPT_ALLOW_ERRORS },          \
+	{ "allow-net", required_argument, NULL, CLI_OPT_ALLOW_NET },          \
+	{ "net-bytes", required_argument, NULL, CLI_OPT_NET_BYTES },          \
+	{ "ca-certs", required_argument, NULL, CLI_OPT_CA_CERTS }
 /* What run and batch share besides the run options: -o, --json, -q, -h. */
 #define CLI_OUTPUT_LONGOPTS                                                   \
 	{ "out", required_argument, NULL, 'o' },                              \
@@ -88,6 +91,8 @@ struct cli_run_args {
 	size_t nfiles;
 	const char **env;
 	size_t nenv;
+	const char **allow_net; /* --allow-net, in the order given */
+	size_t nallow_net;
 };
 int cli_run_args_init(struct cli_run_args *a, int argc);
 void cli_run_args_free(struct cli_run_args *a);
@@ -163,6 +168,8 @@ struct cli_remote {
 	size_t env_count;
 	uint64_t timeout_ms;    /* 0: the server's */
 	const char *language;   /* canonical; NULL: the server's default (Python, or the notebook's) */
+	const char *const *allow_net; /* --allow-net: within the server's own list, or refused */
+	size_t allow_net_count;
 	const char *out_dir;    /* NULL: ./nbrun-out/<run-id> */
 	bool json;
 	const volatile sig_atomic_t *cancel;

@@ -884,6 +884,8 @@ int cmd_batch(int argc, char **argv)
 		b.remote.file_count = args.nfiles;
 		b.remote.env = args.env;
 		b.remote.env_count = args.nenv;
+		b.remote.allow_net = args.allow_net;
+		b.remote.allow_net_count = args.nallow_net;
 		b.remote.cancel = &batch_interrupted;
 		b.remote.timeout_ms = timeout_set ? args.opts.timeout_ms : 0;
 		b.retries = (unsigned int)retries;

@@ -115,6 +115,8 @@ static int run_remote(struct cli_run_args *args, const char *server, const char 
 	r.file_count = args->nfiles;
 	r.env = args->env;
 	r.env_count = args->nenv;
+	r.allow_net = args->allow_net;
+	r.allow_net_count = args->nallow_net;
 	r.timeout_ms = timeout_set ? args->opts.timeout_ms : 0;
 	r.language = args->opts.language ? nbrun_language_name(args->opts.language) : NULL;
 	r.out_dir = args->opts.out_dir;

@@ -364,6 +364,8 @@ int cmd_session(int argc, char **argv)
 		r.file_count = args.nfiles;
 		r.env = args.env;
 		r.env_count = args.nenv;
+		r.allow_net = args.allow_net;
+		r.allow_net_count = args.nallow_net;
 		ops = &cli_remote_session_ops;
 		ret = cli_remote_session_open(&s, &r);
 		if (ret)

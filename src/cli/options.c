@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "netrule.h"
 
 int cli_open_input(const char *path, const char *cmd)
 {
@@ -96,6 +97,14 @@ const char cli_run_options_help[] =
 	"  --runtime NAME        the engine's OCI runtime, e.g. runsc (gVisor, network none only);\n"
 	"                        checked to be in use before any code runs (default: the engine's)\n"
 	"  --max-output BYTES    text kept per stream for a model, head and tail (default 20000)\n"
+	"Network (docs/network.md):\n"
+	"  --allow-net HOST      let the code reach HOST through nbrun's egress proxy and nothing\n"
+	"                        else (repeatable): example.org, *.example.org, an address;\n"
+	"                        :PORT for one port, else 80 and 443. Loopback, private,\n"
+	"                        link-local and metadata addresses stay refused unless listed\n"
+	"                        as addresses. The sandbox itself still has no network\n"
+	"  --net-bytes SIZE      bytes its connections may carry in all, then cut (default 256M)\n"
+	"  --ca-certs FILE       PEM bundle the sandbox's clients trust instead of the image's\n"
 	"Errors:\n"
 	"  --allow-errors        go on after a cell raises (nbconvert --allow-errors); by default\n"
 	"                        execution stops at the first cell that raises, as papermill\n"
@@ -107,13 +116,15 @@ int cli_run_args_init(struct cli_run_args *a, int argc)
 	nbrun_run_options_init(&a->opts, NBRUN_RUN_OPTIONS_VERSION);
 	a->files = calloc((size_t)argc + 1, sizeof(*a->files));
 	a->env = calloc((size_t)argc + 1, sizeof(*a->env));
-	return a->files && a->env ? 0 : -1;
+	a->allow_net = calloc((size_t)argc + 1, sizeof(*a->allow_net));
+	return a->files && a->env && a->allow_net ? 0 : -1;
 }
 
 void cli_run_args_free(struct cli_run_args *a)
 {
 	free(a->files);
 	free(a->env);
+	free(a->allow_net);
 }
 
 const char *cli_server_sets(int opt)
@@ -129,6 +140,8 @@ const char *cli_server_sets(int opt)
 	case CLI_OPT_RUNTIME: return "--runtime";
 	case CLI_OPT_MAX_OUTPUT: return "--max-output";
 	case CLI_OPT_ALLOW_ERRORS: return "--allow-errors";
+	case CLI_OPT_NET_BYTES: return "--net-bytes";
+	case CLI_OPT_CA_CERTS: return "--ca-certs";
 	}
 	return NULL;
 }
@@ -193,6 +206,23 @@ int cli_run_option(struct cli_run_args *a, int opt, const char *arg, const char 
 	case CLI_OPT_ALLOW_ERRORS:
 		o->allow_errors = 1;
 		return 0;
+	case CLI_OPT_ALLOW_NET: {
+		struct netrule r;
+		char why[256];
+		if (netrule_parse(&r, arg, why, sizeof(why)) < 0)
+			return cli_usage_error(cmd, "--allow-net: %s", why);
+		if (a->nallow_net >= NETRULE_MAX)
+			return cli_usage_error(cmd, "--allow-net: at most %d hosts", NETRULE_MAX);
+		a->allow_net[a->nallow_net++] = arg;
+		return 0;
+	}
+	case CLI_OPT_NET_BYTES:
+		if (units_parse_size(&o->net_bytes, arg) < 0)
+			return cli_usage_error(cmd, "--net-bytes: '%s' is not a positive size", arg);
+		return 0;
+	case CLI_OPT_CA_CERTS:
+		o->ca_certs = arg;
+		return 0;
 	}
 	return 1;
 }
@@ -207,6 +237,11 @@ int cli_run_args_finish(struct cli_run_args *a, const char *cmd)
 		return cli_usage_error(cmd, "--disk must be at least 1M");
 	if (a->opts.runtime && !strcmp(a->opts.runtime, "runsc") && strcmp(a->opts.network, "none"))
 		return cli_usage_error(cmd, "--runtime runsc runs with --network none only");
+	if (a->nallow_net && strcmp(a->opts.network, "none"))
+		return cli_usage_error(cmd, "--allow-net takes --network none (the default): bridge is everything already");
+	if ((a->opts.ca_certs || a->opts.net_bytes) && !a->nallow_net)
+		return cli_usage_error(cmd, "--%s is for --allow-net: give the hosts too",
+				       a->opts.ca_certs ? "ca-certs" : "net-bytes");
 	/* Two -f with one base name: the second would silently replace the first. */
 	for (size_t i = 0; i < a->nfiles; i++)
 		for (size_t k = 0; k < i; k++) {
@@ -227,5 +262,7 @@ int cli_run_args_finish(struct cli_run_args *a, const char *cmd)
 	a->opts.file_count = a->nfiles;
 	a->opts.env = a->env;
 	a->opts.env_count = a->nenv;
+	a->opts.allow_net = a->allow_net;
+	a->opts.allow_net_count = a->nallow_net;
 	return 0;
 }

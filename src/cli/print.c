@@ -170,6 +170,32 @@ void cli_print_result(FILE *fp, const struct nbrun_result *r, bool color)
 	free(text);
 }
 
+/* A run with hosts to allow: its connections in a line, the hosts refused, the cap. */
+static void print_network(FILE *fp, const json_t *net, bool color)
+{
+	const json_t *denied = json_object_get(net, "denied"), *e;
+	size_t i, n = json_array_size(json_object_get(net, "requests")) +
+		      (size_t)json_integer_value(json_object_get(net, "requests_not_listed"));
+
+	if (!json_is_object(net))
+		return;
+	fprintf(fp, "%snetwork:%s %zu connection%s, %" JSON_INTEGER_FORMAT " bytes out, %" JSON_INTEGER_FORMAT
+		" in\n", BOLD(color), RESET(color), n, n == 1 ? "" : "s",
+		json_integer_value(json_object_get(net, "bytes_sent")),
+		json_integer_value(json_object_get(net, "bytes_received")));
+	if (json_array_size(denied)) {
+		fputs("  refused (not on --allow-net, or a private address):", fp);
+		json_array_foreach(denied, i, e) {
+			fputc(' ', fp);
+			put_safe(fp, json_string_value(e) ?: "?", false);
+		}
+		fputc('\n', fp);
+	}
+	if (json_is_true(json_object_get(net, "capped")))
+		fprintf(fp, "  cut at the byte cap (--net-bytes %" JSON_INTEGER_FORMAT ")\n",
+			json_integer_value(json_object_get(net, "bytes_cap")));
+}
+
 void cli_print_doc(FILE *fp, const json_t *doc, bool color)
 {
 	const char *status, *out_dir;
@@ -205,6 +231,7 @@ void cli_print_doc(FILE *fp, const json_t *doc, bool color)
 			fputc('\n', fp);
 		}
 	}
+	print_network(fp, json_object_get(doc, "network"), color);
 	if (json_is_true(json_object_get(doc, "truncated")))
 		fputs("note: some output was cut to the limits; result.json has the details\n", fp);
 	status = str(doc, "status");

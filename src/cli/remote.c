@@ -404,6 +404,13 @@ char *remote_body(const struct cli_remote *a, int *ret)
 	/* The server checks it against its image's languages (400 naming them). */
 	if (a->language)
 		json_object_set_new(doc, "language", json_string(a->language));
+	if (a->allow_net_count) {
+		json_t *allow = json_array();
+		for (size_t i = 0; allow && i < a->allow_net_count; i++)
+			json_array_append_new(allow, json_string(a->allow_net[i]));
+		if (!allow || json_object_set_new(doc, "allow_net", allow) < 0)
+			goto oom;
+	}
 	text = json_dumps(doc, JSON_COMPACT);
 	if (!text)
 		goto oom;

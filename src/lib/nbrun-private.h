@@ -18,6 +18,9 @@
 #define NBRUN_DEFAULT_MAX_NOTEBOOK_BYTES (256ULL << 20)
 #define NBRUN_DEFAULT_MAX_FILE_BYTES (256ULL << 20)
 #define NBRUN_DEFAULT_MAX_FILES 1000
+#define NBRUN_DEFAULT_NET_BYTES (256ULL << 20)
+/* The most bytes of a --ca-certs file. */
+#define NBRUN_CA_CERTS_MAX (4u << 20)
 /* Tar entries from the container: path depth and name length caps. */
 #define NBRUN_MAX_PATH_DEPTH 32
 #define NBRUN_MAX_NAME_BYTES 255
@@ -375,6 +378,13 @@ struct nbrun__sandbox_spec {
 	const char *preload;      /* modules the kernel imports before it is ready, or NULL */
 	const char *kernel;       /* the kernelspec the agent starts (NULL: python3) */
 	const char *runtime;      /* the engine's OCI runtime (NULL: its default); checked once started */
+	/* An allow-list (run options version 7): the egress proxy's policy
+	 * lines (netrule_policy()), or NULL for none; the bytes cap; the CA
+	 * bundle's bytes (NULL: the image's). */
+	const char *egress_policy;
+	uint64_t net_bytes;
+	const char *ca_certs;
+	size_t ca_certs_len;
 };
 
 struct nbrun__sandbox_state {
@@ -383,7 +393,7 @@ struct nbrun__sandbox_state {
 	int exit_code;
 };
 
-#define NBRUN__SANDBOX_OPS_VERSION 3
+#define NBRUN__SANDBOX_OPS_VERSION 4
 struct nbrun__sandbox_ops {
 	unsigned int version;
 	const char *name;
@@ -412,6 +422,9 @@ struct nbrun__sandbox_ops {
 	int (*get_archive)(struct nbrun__sandbox *sb, const char *src, int fd, uint64_t max,
 			   bool *cut);
 	int (*state)(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out);
+	/* Version 4: what the sandbox's connections through the egress proxy
+	 * did so far, as the result's "network" (NULL: it has no allow-list). */
+	json_t *(*net_report)(struct nbrun__sandbox *sb);
 	/* Close the channel, remove the sandbox and everything it holds;
 	 * idempotent, never cancelled, errors ignored. */
 	void (*destroy)(struct nbrun__sandbox *sb);
@@ -524,6 +537,16 @@ void nbrun__out_dir_release(int fd);
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o);
 /* The runtime the options ask for (version 6), or NULL: the engine's default. */
 const char *nbrun__run_runtime(const struct nbrun_run_options *o);
+/* The allow-list of o (version 7): its count, 0 for none (*rules NULL). */
+size_t nbrun__run_allow_net(const struct nbrun_run_options *o, const char *const **rules);
+/*
+ * The allow-list parts of s from o: the policy lines and the CA bundle,
+ * malloc'd into *policy and *ca (the caller frees them once the sandbox is
+ * created); nothing when o has no allow-list. 0, or NBRUN_EINVAL /
+ * NBRUN_ENOMEM (a CA file that cannot be read).
+ */
+int nbrun__run_egress_spec(struct nbrun_ctx *ctx, struct nbrun__sandbox_spec *s,
+			   const struct nbrun_run_options *o, char **policy, char **ca);
 /* The checks nbrun_run_code() makes of its options (a usage error starts nothing). */
 int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_options *o);
 /* 0, or NBRUN_EINVAL said on ctx: "what" options missing (version NULL: no

@@ -341,8 +341,30 @@ struct nbrun_run_options {
 	 * "runtime". A pool's sandboxes run under its run options' runtime.
 	 */
 	const char *runtime;
+	/**
+	 * Version 7: the hosts the code may reach (docs/network.md), each
+	 * "example.org", "*.example.org" (the names below it), an address
+	 * ("203.0.113.5", "[2001:db8::1]"), with ":PORT" for one port, else 80
+	 * and 443. The sandbox still has no network of its own: its kernel's
+	 * HTTP_PROXY and HTTPS_PROXY lead to nbrun's egress proxy (the image
+	 * nbrun-egress, started on first use and shared), which resolves the
+	 * names and refuses every other name and port, and any loopback,
+	 * private, link-local or metadata address a name resolves to (an
+	 * address listed as such is let through). Needs network "none". The
+	 * result's "network" lists the policy and every connection.
+	 */
+	const char *const *allow_net;
+	size_t allow_net_count;
+	/** Version 7: bytes the run's connections may carry in all, both ways (0: 256 MiB); then they are cut. */
+	uint64_t net_bytes;
+	/**
+	 * Version 7: a PEM file of the certificate authorities the sandbox's
+	 * clients trust instead of the image's (a TLS-inspecting proxy's
+	 * included), with allow_net; or NULL.
+	 */
+	const char *ca_certs;
 };
-#define NBRUN_RUN_OPTIONS_VERSION 6
+#define NBRUN_RUN_OPTIONS_VERSION 7
 /* The fields it does not name default to 0 or NULL. */
 #define NBRUN_RUN_OPTIONS_INIT                                                                  \
 	{                                                                                       \

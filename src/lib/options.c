@@ -5,10 +5,15 @@
  * serve the one-shot run, the pool and sessions alike, so they live apart
  * from any of them.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "fdio.h"
 #include "nbrun-private.h"
+#include "netrule.h"
 #include "text.h"
 
 /* ---- versions ---------------------------------------------------------------- */
@@ -45,6 +50,7 @@ static const size_t run_sizes[] = {
 	offsetof(struct nbrun_run_options, language),
 	offsetof(struct nbrun_run_options, allow_errors),
 	offsetof(struct nbrun_run_options, runtime),
+	offsetof(struct nbrun_run_options, allow_net),
 	sizeof(struct nbrun_run_options),
 };
 static const size_t pool_sizes[] = {
@@ -104,6 +110,56 @@ NBRUN_EXPORT int nbrun_parse_options_init(struct nbrun_parse_options *opts, unsi
 const char *nbrun__run_runtime(const struct nbrun_run_options *o)
 {
 	return o->version >= 6 ? o->runtime : NULL;
+}
+
+size_t nbrun__run_allow_net(const struct nbrun_run_options *o, const char *const **rules)
+{
+	*rules = o->version >= 7 && o->allow_net_count ? o->allow_net : NULL;
+	return *rules ? o->allow_net_count : 0;
+}
+
+int nbrun__run_egress_spec(struct nbrun_ctx *ctx, struct nbrun__sandbox_spec *s,
+			   const struct nbrun_run_options *o, char **policy, char **ca)
+{
+	const char *const *specs;
+	size_t n = nbrun__run_allow_net(o, &specs);
+	struct netrule *rules;
+	char why[256];
+
+	*policy = *ca = NULL;
+	if (!n)
+		return 0;
+	rules = calloc(n, sizeof(*rules));
+	if (!rules)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (netrule_parse(&rules[i], specs[i], why, sizeof(why)) < 0) {
+			free(rules);
+			return nbrun__err(ctx, NBRUN_EINVAL, "%s", why);
+		}
+	*policy = netrule_policy(rules, n);
+	free(rules);
+	if (!*policy)
+		return nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+	s->egress_policy = *policy;
+	s->net_bytes = o->net_bytes ? o->net_bytes : NBRUN_DEFAULT_NET_BYTES;
+	if (o->ca_certs) {
+		size_t len = 0;
+		int rc = fd_read_file(AT_FDCWD, o->ca_certs, FD_READ_REGULAR, NBRUN_CA_CERTS_MAX, ca, &len);
+
+		if (rc < 0 || !strstr(*ca, "-----BEGIN CERTIFICATE-----")) {
+			free(*ca);
+			*ca = NULL;
+			free(*policy);
+			*policy = NULL;
+			s->egress_policy = NULL;
+			return nbrun__err(ctx, NBRUN_EINVAL, "--ca-certs %s: %s", o->ca_certs,
+					  rc < 0 ? strerror(-rc) : "no PEM certificate in it");
+		}
+		s->ca_certs = *ca;
+		s->ca_certs_len = len;
+	}
+	return 0;
 }
 
 void nbrun__run_sandbox_spec(struct nbrun__sandbox_spec *s, const struct nbrun_run_options *o)
@@ -175,6 +231,25 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 		 * asked for would silently be none. */
 		if (!strcmp(rt, "runsc") && strcmp(o->network, "none"))
 			return nbrun__err(ctx, NBRUN_EINVAL, "runtime runsc runs with network none only");
+	}
+	{
+		const char *const *rules;
+		size_t n = nbrun__run_allow_net(o, &rules);
+		struct netrule r;
+		char why[256];
+
+		if (n > NETRULE_MAX)
+			return nbrun__err(ctx, NBRUN_EINVAL, "at most %d hosts to allow", NETRULE_MAX);
+		for (size_t i = 0; i < n; i++)
+			if (!rules[i] || netrule_parse(&r, rules[i], why, sizeof(why)) < 0)
+				return nbrun__err(ctx, NBRUN_EINVAL, "%s", rules[i] ? why : "a host to allow is NULL");
+		if (n && strcmp(o->network, "none"))
+			return nbrun__err(ctx, NBRUN_EINVAL,
+					  "hosts to allow take network none (the default): bridge is everything already");
+		if (n && nbrun__run_runtime(o) && !strcmp(nbrun__run_runtime(o), "runsc"))
+			return nbrun__err(ctx, NBRUN_EINVAL, "hosts to allow do not work under runtime runsc yet");
+		if (!n && o->version >= 7 && o->ca_certs)
+			return nbrun__err(ctx, NBRUN_EINVAL, "CA certificates are for hosts to allow: give those too");
 	}
 	/* Two inputs with one name: the second would replace the first. */
 	for (size_t i = 0; i < o->file_count; i++)

@@ -245,11 +245,14 @@ static bool pool_str_eq(const char *a, const char *b)
 /* A run that the pool's sandboxes fit: the same image, limits and network, no environment. */
 static bool pool_fits(const struct nbrun_pool *p, const struct nbrun_run_options *o)
 {
+	const char *const *rules; /* a run with an allow-list starts its own sandbox */
+
 	/* p->run.image is NULL when the pool took the default image, as such runs do. */
 	return pool_str_eq(p->run.image, o->image) && p->run.memory_bytes == o->memory_bytes &&
 	       p->run.nano_cpus == o->nano_cpus && p->run.pids == o->pids &&
 	       p->run.disk_bytes == o->disk_bytes && pool_str_eq(p->network, o->network) &&
-	       pool_str_eq(p->runtime, nbrun__run_runtime(o)) && o->env_count == 0;
+	       pool_str_eq(p->runtime, nbrun__run_runtime(o)) && o->env_count == 0 &&
+	       nbrun__run_allow_net(o, &rules) == 0;
 }
 
 static struct pool_queue *pool_queue_of(struct nbrun_pool *p, const struct nbrun__language *lang)

@@ -72,17 +72,43 @@ static void run_finish_result(struct run *r)
 	}
 }
 
+/* What the run's connections did, when it has an allow-list: the result's "network". */
+static void run_net_report(struct run *r)
+{
+	const char *const *rules;
+	size_t n = nbrun__run_allow_net(r->opts, &rules);
+	json_t *net, *allow;
+
+	if (!n || !r->job.result || !r->sb || !r->sb->ops->net_report)
+		return;
+	net = r->sb->ops->net_report(r->sb);
+	allow = json_array();
+	for (size_t i = 0; allow && i < n; i++)
+		json_array_append_new(allow, json_string(rules[i]));
+	if (!net || !allow || json_object_set_new(net, "allow", allow) < 0) {
+		json_decref(net);
+		return;
+	}
+	json_object_set_new(r->job.result->doc, "network", net);
+}
+
 static int run_execute(struct run *r, json_t *nb, const char *notebook, size_t len)
 {
 	struct nbrun__sandbox_spec spec;
+	char *policy = NULL, *ca = NULL;
 	int rc = 0;
 
 	if (!r->sb->conn) {
 		nbrun__run_sandbox_spec(&spec, r->opts);
 		spec.kernel = r->lang->kernel;
+		rc = nbrun__run_egress_spec(r->ctx, &spec, r->opts, &policy, &ca);
+		if (rc < 0)
+			return rc;
 		r->sb->ops->gc(r->sb);
 		run_progress(r, NBRUN_PHASE_CREATE);
 		rc = r->sb->ops->create(r->sb, &spec);
+		free(policy);
+		free(ca);
 		if (rc == 0)
 			rc = r->sb->ops->start(r->sb);
 	}
@@ -263,6 +289,7 @@ static int run_notebook_json(struct nbrun_result **out, struct nbrun_ctx *ctx, j
 	if (rc == 0 && run_cancelled(&r))
 		rc = nbrun__err(ctx, NBRUN_ECANCELLED, "interrupted");
 	run_progress(&r, NBRUN_PHASE_CLEANUP);
+	run_net_report(&r);
 	if (run_pool(opts)) {
 		/* Removed by the pool's reaper, off the caller's path. */
 		nbrun__pool_discard(run_pool(opts), r.sb, r.leased ? lang : NULL);

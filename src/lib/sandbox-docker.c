@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "egress.h"
 #include "nbrun-private.h"
 #include "text.h"
 
@@ -36,6 +37,10 @@ struct dsb {
 	char vol_data[64];
 	bool have_container, have_vol_data;
 	char *runtime;          /* the OCI runtime asked for at create, checked at start */
+	/* The way out of a sandbox with an allow-list (egress-docker.c). */
+	struct nbrun__egress egress;
+	bool egress_on;
+	uint64_t net_bytes;
 };
 
 /* The backend of sb, its engine handle speaking for the thread using sb now. */
@@ -280,6 +285,20 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 		json_array_append_new(env, json_string(o->env[i]));
 	if (env && o->preload)
 		json_array_append_new(env, json_sprintf("NBRUN_PRELOAD=%s", o->preload));
+	/* The kernel's clients go through the agent to the relay (egress.py). */
+	if (env && o->egress_policy) {
+		static const char *const proxies[] = { "HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+						       "https_proxy" };
+		static const char *const cas[] = { "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+						   "PIP_CERT", "NODE_EXTRA_CA_CERTS" };
+		for (size_t i = 0; i < sizeof(proxies) / sizeof(proxies[0]); i++)
+			json_array_append_new(env, json_sprintf("%s=%s", proxies[i], NBRUN_EGRESS_PROXY_URL));
+		json_array_append_new(env, json_string("NO_PROXY=localhost,127.0.0.1,::1"));
+		json_array_append_new(env, json_string("no_proxy=localhost,127.0.0.1,::1"));
+		for (size_t i = 0; o->ca_certs && i < sizeof(cas) / sizeof(cas[0]); i++)
+			json_array_append_new(env, json_sprintf("%s=%s/ca.pem", cas[i], NBRUN_EGRESS_SOCKET_DIR));
+		json_array_append_new(env, json_string("NBRUN_EGRESS=1"));
+	}
 	/* Last, so that no -e entry of the same name counts. */
 	if (env && o->kernel)
 		json_array_append_new(env, json_sprintf("NBRUN_KERNEL=%s", o->kernel));
@@ -301,6 +320,13 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 		"Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft",
 		(json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
 	free(seccomp);
+	if (spec && o->egress_policy &&
+	    json_array_append_new(json_object_get(json_object_get(spec, "HostConfig"), "Mounts"),
+				  json_pack("{s:s, s:s, s:s}", "Type", "volume", "Source", b->egress.volume,
+					    "Target", NBRUN_EGRESS_SOCKET_DIR)) < 0) {
+		json_decref(spec);
+		return NULL;
+	}
 	if (spec && o->runtime && !strcmp(o->runtime, "runsc") && dsb_gvisor_pids(spec, o->pids) < 0) {
 		json_decref(spec);
 		spec = NULL;
@@ -387,6 +413,16 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 	rc = dsb_create_volume(sb, b->vol_data, spec->disk_bytes, &b->have_vol_data);
 	if (rc < 0)
 		return rc;
+	if (spec->egress_policy) {
+		json_t *labels = dsb_labels(sb);
+		b->egress_on = true;
+		b->net_bytes = spec->net_bytes;
+		rc = labels ? nbrun__egress_setup(&b->egress, b->docker, sb->ctx, sb->id, labels, spec)
+			    : nbrun__err(sb->ctx, NBRUN_ENOMEM, "out of memory");
+		json_decref(labels);
+		if (rc < 0)
+			return rc;
+	}
 	body = dsb_container_spec(sb, spec);
 	free(b->runtime);
 	b->runtime = spec->runtime ? strdup(spec->runtime) : NULL;
@@ -686,8 +722,17 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 	if (!dsb_delete(b, "containers", b->container, "force=1&v=1", &b->have_container, deadline, busy))
 		busy = deadline;
 	dsb_delete(b, "volumes", b->vol_data, "force=1", &b->have_vol_data, deadline, busy);
+	if (b->egress_on)
+		nbrun__egress_teardown(&b->egress, b->docker, sb->ctx);
 	if (sb->ctx)
 		memcpy(sb->ctx->errmsg, msg, sizeof(msg));
+}
+
+static json_t *dsb_net_report(struct nbrun__sandbox *sb)
+{
+	struct dsb *b = dsb_of(sb);
+
+	return b->egress_on ? nbrun__egress_report(&b->egress, b->docker, b->net_bytes) : NULL;
 }
 
 const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
@@ -698,6 +743,7 @@ const struct nbrun__sandbox_ops nbrun__sandbox_docker = {
 	.resolve_image = dsb_resolve_image,
 	.check_runtime = dsb_check_runtime,
 	.image_kernels = dsb_image_kernels,
+	.net_report = dsb_net_report,
 	.create = dsb_create,
 	.start = dsb_start,
 	.put_archive = dsb_put_archive,

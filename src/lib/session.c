@@ -625,6 +625,7 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 {
 	struct nbrun__sandbox_spec spec;
 	uint64_t deadline = clock_mono_ms() + o->timeout_ms;
+	char *policy = NULL, *ca = NULL;
 	int rc;
 
 	/* A language the pool keeps no sandboxes of starts its own. */
@@ -645,8 +646,13 @@ static int session_start(struct nbrun_session *s, struct nbrun_ctx *ctx,
 	snprintf(s->id, sizeof(s->id), "%s", s->sb->id);
 	nbrun__run_sandbox_spec(&spec, o);
 	spec.kernel = s->lang->kernel;
+	rc = nbrun__run_egress_spec(ctx, &spec, o, &policy, &ca);
+	if (rc < 0)
+		return rc;
 	s->sb->ops->gc(s->sb);
 	rc = s->sb->ops->create(s->sb, &spec);
+	free(policy);
+	free(ca);
 	if (rc == 0)
 		rc = s->sb->ops->start(s->sb);
 	if (rc == 0)

@@ -5,6 +5,7 @@ it, and the relay (nbrun-egress-relay) against a canned proxy: bytes both
 ways, what it logs, denials, the byte cap."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -189,9 +190,26 @@ class RelayTest(unittest.TestCase):
         self.assertIn(b"403", got)
         self.talk(b"GET http://[2001:db8::1]:8080/x HTTP/1.1\r\nHost: x\r\n\r\n")
         a, b = self.logs(2)
-        self.assertEqual((a["host"], a["port"], a["status"], a["denied"]), ("denied.example", 443, 403, True))
-        self.assertEqual((b["host"], b["port"], b["method"], b["status"], b["denied"]),
-                         ("2001:db8::1", 8080, "GET", 200, False))
+        self.assertEqual((a["host"], a["port"], a["status"], a["denied"], a["error"]),
+                         ("denied.example", 443, 403, True, "ERR_ACCESS_DENIED"))
+        self.assertEqual((b["host"], b["port"], b["method"], b["status"], b["denied"], b["error"]),
+                         ("2001:db8::1", 8080, "GET", 200, False, None))
+
+    def test_open_connections_on_usr1(self):
+        self.start(1 << 20)
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(self.path)
+        s.sendall(b"CONNECT long.example:443 HTTP/1.1\r\n\r\nabc")
+        got = b""
+        while b"abc" not in got:
+            got += s.recv(100)
+        self.proc.send_signal(signal.SIGUSR1)
+        a, b = self.logs(2)
+        self.assertEqual((a["host"], a["open"], a["status"]), ("long.example", True, 200))
+        self.assertGreaterEqual(a["sent"], 3)
+        self.assertEqual(b, {"end": True})
+        s.close()
 
     def test_cap_cuts(self):
         self.start(5000)
