@@ -134,8 +134,13 @@ class RelayTest(unittest.TestCase):
         self.proc = subprocess.Popen([sys.executable, "-I", RELAY, self.path, "127.0.0.1:%d" % self.proxy.port,
                                       str(cap)], stdout=subprocess.PIPE, text=True)
         deadline = time.time() + 10
-        while not os.path.exists(self.path) and time.time() < deadline:
-            time.sleep(0.02)
+        while time.time() < deadline:  # bound before it listens: wait for both
+            try:
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(self.path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.02)
         self.assertTrue(os.path.exists(self.path))
         self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o666)
 
