@@ -952,6 +952,13 @@ out:
 	json_decref(fixed);
 	json_decref(grid);
 	params_free(&params);
+	/* The egress proxy, when the batch's runs needed it and no other run does now. */
+	if (args.nallow_net && !b.remote.server) {
+		struct nbrun_ctx *ectx = NULL;
+		if (nbrun_ctx_new(&ectx) == 0)
+			nbrun_egress_release(ectx);
+		nbrun_ctx_free(ectx);
+	}
 	cli_run_args_free(&args);
 	pthread_mutex_destroy(&b.lock);
 	pthread_cond_destroy(&b.changed);

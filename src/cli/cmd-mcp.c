@@ -176,6 +176,11 @@ int cmd_mcp(int argc, char **argv)
 	s->opts = args.opts;
 	s->opts.files = NULL;
 	s->opts.file_count = 0;
+	/* --allow-net is the ceiling of what requests may allow, not a run's own. */
+	s->opts.allow_net = NULL;
+	s->opts.allow_net_count = 0;
+	if (serve_net_ceiling(s, args.allow_net, args.nallow_net, "mcp") < 0)
+		goto out;
 	ret = CLI_EXIT_FAILED;
 	if (print_tools) {
 		ret = mcp_print_tools(s, print_tools);

@@ -278,6 +278,9 @@ int cmd_run(int argc, char **argv)
 		ret = run_report_streamed(res);
 	else
 		ret = cli_report(rc, ctx, res, json);
+	/* The egress proxy, when this run needed it and no other run does now. */
+	if (args.nallow_net)
+		nbrun_egress_release(ctx);
 out:
 	nbrun_result_free(res);
 	nbrun_ctx_free(ctx);

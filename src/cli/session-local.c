@@ -82,7 +82,13 @@ static bool local_kernel_dead(void *s)
 
 static void local_close(void *s)
 {
+	struct nbrun_ctx *ctx = NULL;
+
 	nbrun_session_close(s);
+	/* The egress proxy, when this session needed it and no other run does now. */
+	if (nbrun_ctx_new(&ctx) == 0)
+		nbrun_egress_release(ctx);
+	nbrun_ctx_free(ctx);
 }
 
 const struct cli_session_ops cli_local_session_ops = {

@@ -226,9 +226,12 @@ int nbrun__egress_setup(struct nbrun__egress *e, struct nbrun__docker *d, struct
 	memset(e, 0, sizeof(*e));
 	snprintf(e->relay, sizeof(e->relay), "nbrun-%s-egress", id);
 	snprintf(e->volume, sizeof(e->volume), "nbrun-%s-egress", id);
-	rc = nbrun__egress_proxy_ensure(d, ctx);
+	/* The relay first, the proxy after: nbrun__egress_release() removes no
+	 * proxy while a relay exists, so another nbrun releasing it now cannot
+	 * take it away from this sandbox. */
+	rc = egress_image(d, ctx, image, sizeof(image));
 	if (rc == 0)
-		rc = egress_image(d, ctx, image, sizeof(image));
+		rc = egress_network(d, ctx);
 	if (rc < 0)
 		goto out;
 	/* The volume both mount: the relay's socket, the CA bundle. */
@@ -272,6 +275,8 @@ int nbrun__egress_setup(struct nbrun__egress *e, struct nbrun__docker *d, struct
 		rc = egress_status(ctx, nbrun__docker_json(d, "POST", path, NULL, NULL, EGRESS_TIMEOUT_MS),
 				   "cannot start the relay");
 	}
+	if (rc == 0)
+		rc = nbrun__egress_proxy_ensure(d, ctx);
 	/* The CA bundle, once the volume's tmpfs is mounted (before, it would be hidden under it). */
 	if (rc == 0 && spec->ca_certs)
 		rc = egress_put(d, ctx, e->relay, NBRUN_EGRESS_SOCKET_DIR, "ca.pem", spec->ca_certs,
@@ -423,4 +428,32 @@ void nbrun__egress_teardown(struct nbrun__egress *e, struct nbrun__docker *d, st
 		nbrun__docker_json(d, "DELETE", path, NULL, NULL, EGRESS_TIMEOUT_MS);
 		e->have_volume = false;
 	}
+}
+
+int nbrun__egress_release(struct nbrun__docker *d, struct nbrun_ctx *ctx)
+{
+	json_t *list = NULL;
+	int status;
+
+	/* A relay still there: some sandbox (of any nbrun on this engine) needs the proxy. */
+	status = nbrun__docker_json(d, "GET",
+				    "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22" NBRUN_EGRESS_LABEL
+				    "%3Drelay%22%5D%7D",
+				    NULL, &list, EGRESS_TIMEOUT_MS);
+	if (status != 200 || !json_is_array(list)) {
+		json_decref(list);
+		return egress_status(ctx, status < 0 ? status : 500, "cannot list the relays");
+	}
+	if (json_array_size(list)) {
+		json_decref(list);
+		return 0;
+	}
+	json_decref(list);
+	status = nbrun__docker_json(d, "DELETE", "/containers/" NBRUN_EGRESS_PROXY "?force=1&v=1", NULL,
+				    NULL, EGRESS_TIMEOUT_MS);
+	if (status >= 400 && status != 404)
+		return egress_status(ctx, status, "cannot remove the proxy");
+	/* In use by something else of nbrun's (a proxy another nbrun just made): left. */
+	nbrun__docker_json(d, "DELETE", "/networks/" NBRUN_EGRESS_NETWORK, NULL, NULL, EGRESS_TIMEOUT_MS);
+	return status < 0 ? status : 0;
 }

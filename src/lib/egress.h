@@ -44,4 +44,7 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 /* The policy emptied, the relay and its volume removed; errors ignored. */
 void nbrun__egress_teardown(struct nbrun__egress *e, struct nbrun__docker *d, struct nbrun_ctx *ctx);
 
+/* The proxy and its network removed when no relay is left (nbrun gc, a server's exit). */
+int nbrun__egress_release(struct nbrun__docker *d, struct nbrun_ctx *ctx);
+
 #endif

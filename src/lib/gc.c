@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "egress.h"
 #include "nbrun-private.h"
 
 void nbrun__pidns(char *buf, size_t size)
@@ -131,6 +132,17 @@ int nbrun__gc(struct nbrun__docker *d, struct nbrun_ctx *ctx, long older_than_s,
 			  out->failed, out->failed + out->removed, last[0] ? "; the last: " : "", last);
 }
 
+NBRUN_EXPORT int nbrun_egress_release(struct nbrun_ctx *ctx)
+{
+	struct nbrun__docker *d = NULL;
+	int rc = nbrun__docker_new(&d, ctx);
+
+	if (rc == 0)
+		rc = nbrun__egress_release(d, ctx);
+	nbrun__docker_free(d);
+	return rc;
+}
+
 NBRUN_EXPORT int nbrun_gc(unsigned int *removed, unsigned int *failed, struct nbrun_ctx *ctx,
 			  unsigned int older_than_s)
 {
@@ -146,6 +158,9 @@ NBRUN_EXPORT int nbrun_gc(unsigned int *removed, unsigned int *failed, struct nb
 	if (rc < 0)
 		return rc;
 	rc = nbrun__gc(d, ctx, older_than_s ? (long)older_than_s : -1, &c);
+	/* The egress proxy goes with the last relay (runs given hosts to allow). */
+	if (rc == 0)
+		rc = nbrun__egress_release(d, ctx);
 	nbrun__docker_free(d);
 	if (removed)
 		*removed = c.removed;

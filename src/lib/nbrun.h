@@ -771,6 +771,17 @@ NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s);
 NBRUN_EXPORT int nbrun_gc(unsigned int *removed, unsigned int *failed, struct nbrun_ctx *ctx,
 			  unsigned int older_than_s);
 
+/**
+ * Remove the egress proxy of runs given hosts to allow (and its network)
+ * when no sandbox on the engine uses it any more. Runs start it when they
+ * need it; a program that ran such runs calls this before it exits, and
+ * nbrun_gc() does too.
+ * @param ctx  the context (messages)
+ * @return 0 (also when the proxy is in use, or was never there);
+ *         NBRUN_EENGINE when the engine is unreachable or refused
+ */
+NBRUN_EXPORT int nbrun_egress_release(struct nbrun_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

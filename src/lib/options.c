@@ -6,6 +6,7 @@
  * from any of them.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -250,6 +251,17 @@ int nbrun__run_check_options(struct nbrun_ctx *ctx, const struct nbrun_run_optio
 			return nbrun__err(ctx, NBRUN_EINVAL, "hosts to allow do not work under runtime runsc yet");
 		if (!n && o->version >= 7 && o->ca_certs)
 			return nbrun__err(ctx, NBRUN_EINVAL, "CA certificates are for hosts to allow: give those too");
+		if (n && o->ca_certs) {
+			char *pem = NULL;
+			size_t len = 0;
+			int frc = fd_read_file(AT_FDCWD, o->ca_certs, FD_READ_REGULAR, NBRUN_CA_CERTS_MAX, &pem, &len);
+			bool ok = frc == 0 && strstr(pem, "-----BEGIN CERTIFICATE-----");
+
+			free(pem);
+			if (!ok)
+				return nbrun__err(ctx, NBRUN_EINVAL, "--ca-certs %s: %s", o->ca_certs,
+						  frc < 0 ? strerror(-frc) : "no PEM certificate in it");
+		}
 	}
 	/* Two inputs with one name: the second would replace the first. */
 	for (size_t i = 0; i < o->file_count; i++)

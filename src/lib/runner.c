@@ -85,10 +85,12 @@ static void run_net_report(struct run *r)
 	allow = json_array();
 	for (size_t i = 0; allow && i < n; i++)
 		json_array_append_new(allow, json_string(rules[i]));
-	if (!net || !allow || json_object_set_new(net, "allow", allow) < 0) {
+	if (!net || !allow || json_object_set(net, "allow", allow) < 0) {
 		json_decref(net);
+		json_decref(allow);
 		return;
 	}
+	json_decref(allow);
 	json_object_set_new(r->job.result->doc, "network", net);
 }
 

@@ -21,6 +21,7 @@ static const struct {
 	[SERVE_OK] = { 200, "", 0 },
 	[SERVE_E_REQUEST] = { 400, "request", MCP_INVALID_PARAMS },
 	[SERVE_E_LANGUAGE] = { 400, "language", MCP_INVALID_PARAMS },
+	[SERVE_E_POLICY] = { 400, "policy", MCP_INVALID_PARAMS },
 	[SERVE_E_AUTH] = { 401, "auth", MCP_INVALID_REQUEST },
 	[SERVE_E_NOT_FOUND] = { 404, "not_found", MCP_RESOURCE_NOT_FOUND },
 	[SERVE_E_METHOD] = { 405, "method", MCP_METHOD_NOT_FOUND },

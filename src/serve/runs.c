@@ -38,6 +38,9 @@ void serve_request_free(struct serve_request *req)
 		}
 		free(req->tmp_dir);
 	}
+	for (size_t i = 0; i < req->allow_net_count; i++)
+		free(req->allow_net[i]);
+	free(req->allow_net);
 	for (size_t i = 0; i < req->env_count; i++)
 		free(req->env[i]);
 	for (size_t i = 0; i < req->file_count; i++)
@@ -219,6 +222,51 @@ static int serve_parse_env(struct serve_request *req, struct serve_reply *err, j
 	return 0;
 }
 
+/* "allow_net": each a host rule within the server's ceiling. */
+static int serve_parse_allow_net(struct serve_request *req, struct serve_reply *err,
+				 const struct serve *s, json_t *list)
+{
+	struct netrule r;
+	char why[256], canon[300];
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(list) || json_array_size(list) > NETRULE_MAX) {
+		serve_reply_error(err, SERVE_E_REQUEST, "allow_net: want a list of at most %d hosts",
+				  NETRULE_MAX);
+		return -1;
+	}
+	if (json_array_size(list) && !s->n_net_ceiling) {
+		serve_reply_error(err, SERVE_E_POLICY,
+				  "allow_net: this server allows no network (its operator starts it with --allow-net)");
+		return -1;
+	}
+	req->allow_net = calloc(json_array_size(list) + 1, sizeof(*req->allow_net));
+	if (!req->allow_net) {
+		serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
+		return -1;
+	}
+	json_array_foreach(list, i, v) {
+		if (!json_is_string(v) || netrule_parse(&r, json_string_value(v), why, sizeof(why)) < 0) {
+			serve_reply_error(err, SERVE_E_REQUEST, "allow_net[%zu]: %s", i,
+					  json_is_string(v) ? why : "want a string");
+			return -1;
+		}
+		if (!netrule_within(&r, s->net_ceiling, s->n_net_ceiling)) {
+			serve_reply_error(err, SERVE_E_POLICY,
+					  "allow_net[%zu]: %s is beyond what this server allows (its --allow-net)",
+					  i, netrule_format(&r, canon, sizeof(canon)));
+			return -1;
+		}
+		if (!(req->allow_net[i] = strdup(netrule_format(&r, canon, sizeof(canon))))) {
+			serve_reply_error(err, SERVE_E_INTERNAL, "out of memory");
+			return -1;
+		}
+		req->allow_net_count = i + 1;
+	}
+	return 0;
+}
+
 int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 		       const struct serve_run_args *a, const char *tmp_root)
 {
@@ -270,6 +318,8 @@ int serve_request_init(struct serve_request *req, struct serve_reply *err, const
 	}
 	if (!empty || serve_parse_env(req, err, a->env ? a->env : empty, s) < 0)
 		goto out;
+	if (a->allow_net && serve_parse_allow_net(req, err, s, a->allow_net) < 0)
+		goto out;
 	if (a->files && serve_parse_files(req, err, a->files, tmp_root) < 0)
 		goto out;
 	rc = 0;
@@ -284,7 +334,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 			const char *body, size_t len, const char *tmp_root)
 {
 	static const char *const keys[] = { "code", "notebook", "parameters", "files", "env",
-					    "timeout", "language", NULL };
+					    "timeout", "language", "allow_net", NULL };
 	struct serve_run_args a = { 0 };
 	json_error_t jerr;
 	json_t *doc, *v;
@@ -308,7 +358,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 			;
 		if (!keys[i]) {
 			serve_reply_error(err, SERVE_E_REQUEST,
-					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout, language)", key);
+					  "unknown key '%.64s' (code, notebook, parameters, files, env, timeout, language, allow_net)", key);
 			goto out;
 		}
 	}
@@ -341,6 +391,7 @@ int serve_request_parse(struct serve_request *req, struct serve_reply *err, cons
 	a.language = json_string_value(v);
 	a.env = json_object_get(doc, "env");
 	a.files = json_object_get(doc, "files");
+	a.allow_net = json_object_get(doc, "allow_net");
 	rc = serve_request_init(req, err, s, &a, tmp_root);
 out:
 	json_decref(doc);
@@ -414,6 +465,13 @@ void serve_run(struct serve_reply *reply, struct serve *s, struct serve_request 
 	opts.on_event = req->on_event;
 	opts.event_payload = req->event_payload;
 	opts.language = req->language;
+	opts.allow_net = (const char *const *)req->allow_net;
+	opts.allow_net_count = req->allow_net_count;
+	if (!req->allow_net_count) {
+		/* The server's CA bundle and byte cap are for runs that allow hosts. */
+		opts.ca_certs = NULL;
+		opts.net_bytes = 0;
+	}
 	if (req->timeout_ms) {
 		opts.timeout_ms = req->timeout_ms;
 		if (opts.cell_timeout_ms > opts.timeout_ms)

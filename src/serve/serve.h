@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "nbrun.h"
+#include "netrule.h"
 #include "wire.h"
 
 /*
@@ -131,6 +132,10 @@ struct serve {
 	size_t n_tenant_tokens;
 	/* This server's node (--node): the session ids it hands out name it. */
 	char node[WIRE_NODE_MAX + 1];
+	/* The hosts a request may allow (--allow-net of serve and mcp): the
+	 * ceiling of every request's "allow_net"; none: no network for anyone. */
+	struct netrule *net_ceiling;
+	size_t n_net_ceiling;
 	/* The nodes it forwards other nodes' sessions to (http/forward.c); NULL: none. */
 	struct serve_peers *peers;
 	/* Raised by SIGTERM/SIGINT (or the end of an MCP client's input): the
@@ -162,6 +167,8 @@ struct serve_request {
 	char *tmp_dir;       /* private directory holding the uploaded files */
 	uint64_t timeout_ms; /* 0: the server's */
 	const char *language; /* canonical (static), one of the server's; NULL: Python, or the notebook's */
+	char **allow_net;     /* hosts to allow, within the server's ceiling */
+	size_t allow_net_count;
 	/* Set by the caller after parsing (NULL: the server's stop flag, no progress). */
 	const volatile sig_atomic_t *cancel;
 	nbrun_progress_cb progress;
@@ -187,6 +194,7 @@ struct serve_run_args {
 	json_t *env;          /* {"NAME": "value"}, or NULL */
 	uint64_t timeout_ms;  /* 0: the server's */
 	const char *language; /* a name or alias; NULL: Python, or the notebook's */
+	json_t *allow_net;    /* ["host", ...] within the server's --allow-net, or NULL */
 };
 
 /*
@@ -198,6 +206,7 @@ enum serve_kind {
 	SERVE_OK = 0,
 	SERVE_E_REQUEST,          /* 400 request: the request makes no sense */
 	SERVE_E_LANGUAGE,         /* 400 language: a language this server does not run */
+	SERVE_E_POLICY,           /* 400 policy: hosts to allow beyond the server's --allow-net */
 	SERVE_E_AUTH,             /* 401 auth: no token, or a wrong one */
 	SERVE_E_NOT_FOUND,        /* 404 not_found: no such run, session, output or file */
 	SERVE_E_METHOD,           /* 405 method */
@@ -234,6 +243,11 @@ struct serve_reply {
 #define SERVE_REPLY_INIT { SERVE_OK, NULL, 0 }
 
 /* server.c */
+/*
+ * The hosts requests may allow (--allow-net of serve and mcp), from n
+ * rules: 0, or -1 after a usage error of prog.
+ */
+int serve_net_ceiling(struct serve *s, const char *const *rules, size_t n, const char *prog);
 /*
  * A server with nbrun serve's defaults (the library's run options, twice as
  * many runs at once as there are cores, the default limits), stopping when

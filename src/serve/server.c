@@ -230,10 +230,30 @@ struct serve *serve_new(volatile sig_atomic_t *stopping)
 	return s;
 }
 
+int serve_net_ceiling(struct serve *s, const char *const *rules, size_t n, const char *prog)
+{
+	char why[256];
+
+	free(s->net_ceiling);
+	s->net_ceiling = NULL;
+	s->n_net_ceiling = 0;
+	if (!n)
+		return 0;
+	s->net_ceiling = calloc(n, sizeof(*s->net_ceiling));
+	if (!s->net_ceiling)
+		return serve_err("out of memory"), -1;
+	for (size_t i = 0; i < n; i++)
+		if (netrule_parse(&s->net_ceiling[i], rules[i], why, sizeof(why)) < 0)
+			return serve_usage_err(prog, "--allow-net: %s", why), -1;
+	s->n_net_ceiling = n;
+	return 0;
+}
+
 void serve_free(struct serve *s)
 {
 	if (!s)
 		return;
+	free(s->net_ceiling);
 	/* Every session's sandbox is removed before the server exits. */
 	serve_sessions_stop(s);
 	serve_idem_free(s);
@@ -242,6 +262,13 @@ void serve_free(struct serve *s)
 	free(s->tenant_tokens);
 	/* Every warm sandbox is removed before the server exits. */
 	nbrun_pool_free(s->pool);
+	/* The egress proxy goes with the last sandbox that needed it. */
+	if (s->n_net_ceiling) {
+		struct nbrun_ctx *ctx = NULL;
+		if (nbrun_ctx_new(&ctx) == 0 && nbrun_egress_release(ctx) < 0)
+			serve_err("%s", nbrun_ctx_errmsg(ctx));
+		nbrun_ctx_free(ctx);
+	}
 	if (s->runs_fd >= 0)
 		close(s->runs_fd);
 	if (s->state_temp)

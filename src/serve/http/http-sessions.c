@@ -56,9 +56,9 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	}
 	json_object_foreach(doc, key, v) {
 		if (strcmp(key, "timeout_idle") && strcmp(key, "env") && strcmp(key, "files") &&
-		    strcmp(key, "language")) {
+		    strcmp(key, "language") && strcmp(key, "allow_net")) {
 			r = serve_error_response(status, SERVE_E_REQUEST,
-				       "unknown key '%.64s' (timeout_idle, env, files, language)", key);
+				       "unknown key '%.64s' (timeout_idle, env, files, language, allow_net)", key);
 			goto out;
 		}
 	}
@@ -80,6 +80,7 @@ static struct MHD_Response *sess_open(struct serve *s, int tenant, const char *b
 	a.language = json_string_value(v);
 	a.env = json_object_get(doc, "env");
 	a.files = json_object_get(doc, "files");
+	a.allow_net = json_object_get(doc, "allow_net");
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", s->state_dir);
 	if (serve_request_init(&req, &err, s, &a, tmp_root) < 0 ||
 	    !(ss = serve_session_open(s, &err, tenant, NULL, &req, idle, NULL))) {

@@ -69,6 +69,7 @@ static json_t *mcp_session_open(struct mcp_call_ctx *cc, json_t *args, int *code
 	/* Checked as a run's: one of the server's languages, else the list of them. */
 	a.code = "";
 	a.files = json_object_get(args, "files");
+	a.allow_net = json_object_get(args, "allow_net");
 	a.language = json_string_value(json_object_get(args, "language"));
 	if (json_object_get(args, "language") && !a.language)
 		return mcp_tool_arg_error(cc, code, msg, msglen,

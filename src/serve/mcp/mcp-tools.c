@@ -96,11 +96,13 @@ struct tool {
 	bool read_only;            /* changes nothing outside its answer */
 };
 
-static const char *const run_python_keys[] = { "code", "files", "timeout_s", NULL };
-static const char *const run_code_keys[] = { "code", "language", "files", "timeout_s", NULL };
+/* allow_net is offered only by a server with --allow-net (tool_key_offered). */
+static const char *const run_python_keys[] = { "code", "files", "timeout_s", "allow_net", NULL };
+static const char *const run_code_keys[] = { "code", "language", "files", "timeout_s", "allow_net",
+					     NULL };
 static const char *const run_notebook_keys[] = { "notebook", "parameters", "files", "timeout_s",
-						 NULL };
-static const char *const open_keys[] = { "language", "files", NULL };
+						 "allow_net", NULL };
+static const char *const open_keys[] = { "language", "files", "allow_net", NULL };
 static const char *const execute_keys[] = { "session_id", "code", "timeout_s", NULL };
 static const char *const upload_keys[] = { "session_id", "files", NULL };
 static const char *const download_keys[] = { "session_id", "path", NULL };
@@ -146,6 +148,38 @@ static bool tools_polyglot(const struct serve *s)
 static bool tool_offered(const struct tool *t, const struct serve *s)
 {
 	return t->kind != TOOL_RUN_CODE || tools_polyglot(s);
+}
+
+/* key is one of t's arguments on this server. */
+static bool tool_key_offered(const struct tool *t, const struct serve *s, const char *key)
+{
+	size_t i;
+
+	for (i = 0; t->keys[i] && strcmp(t->keys[i], key); i++)
+		;
+	return t->keys[i] && (strcmp(key, "allow_net") || s->n_net_ceiling);
+}
+
+/* {"type": "array", ...} of hosts, naming what this server allows. */
+static json_t *allow_net_schema(const struct serve *s)
+{
+	struct buf b = BUF_INIT(64 * 1024);
+	char rule[300], *desc;
+	json_t *out;
+
+	buf_puts(&b, "Hosts the code may reach over HTTP(S) through nbrun's egress proxy, and "
+		     "nothing else: names (example.org), *.example.org for the names below it, "
+		     "with :PORT for one port (else 80 and 443). They must lie within what this "
+		     "server allows: ");
+	for (size_t i = 0; i < s->n_net_ceiling; i++)
+		buf_printf(&b, "%s%s", i ? ", " : "",
+			   netrule_format(&s->net_ceiling[i], rule, sizeof(rule)));
+	buf_puts(&b, ". Without it the code has no network.");
+	desc = buf_steal(&b);
+	out = json_pack("{s:s, s:{s:s}, s:i, s:s}", "type", "array", "items", "type", "string",
+			"maxItems", NETRULE_MAX, "description", desc ? desc : "");
+	free(desc);
+	return out;
 }
 
 /* The result document's JSON Schema, as outputSchema (its $schema and $id left out: the MCP default dialect is 2020-12). */
@@ -239,6 +273,11 @@ static json_t *tool_input_schema(const struct tool *t, const struct serve *s)
 		else if (!strcmp(*k, "path"))
 			p = json_pack("{s:s, s:s}", "type", "string", "description",
 				      "The file's path below /mnt/data, e.g. out/chart.png");
+		else if (!strcmp(*k, "allow_net")) {
+			if (!tool_key_offered(t, s, *k))
+				continue;
+			p = allow_net_schema(s);
+		}
 		if (!p || json_object_set_new(props, *k, p) < 0)
 			goto fail;
 	}
@@ -374,7 +413,7 @@ fail:
  * 0, or -1 with the reason in why.
  */
 static int tool_args(struct serve_run_args *a, json_t **owned, const struct tool *t, json_t *args,
-		     char *why, size_t whylen)
+		     const struct serve *s, char *why, size_t whylen)
 {
 	const char *key;
 	json_t *v;
@@ -382,10 +421,7 @@ static int tool_args(struct serve_run_args *a, json_t **owned, const struct tool
 	memset(a, 0, sizeof(*a));
 	*owned = NULL;
 	json_object_foreach(args, key, v) {
-		size_t i;
-		for (i = 0; t->keys[i] && strcmp(t->keys[i], key); i++)
-			;
-		if (!t->keys[i]) {
+		if (!tool_key_offered(t, s, key)) {
 			snprintf(why, whylen, "%s: unknown argument '%.64s'", t->name, key);
 			return -1;
 		}
@@ -420,6 +456,7 @@ static int tool_args(struct serve_run_args *a, json_t **owned, const struct tool
 			return -1;
 		}
 	}
+	a->allow_net = json_object_get(args, "allow_net");
 	a->files = json_object_get(args, "files");
 	if (a->files && !json_is_array(a->files)) {
 		snprintf(why, whylen, "%s: 'files' must be a list of {path, content_base64}", t->name);
@@ -478,10 +515,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 			t = &tools[i];
 	if (t && t->kind >= TOOL_SESSION_OPEN) {
 		json_object_foreach(args, key, v) {
-			size_t i;
-			for (i = 0; t->keys[i] && strcmp(t->keys[i], key); i++)
-				;
-			if (json_is_object(args) && !t->keys[i]) {
+			if (json_is_object(args) && !tool_key_offered(t, cc->s, key)) {
 				snprintf(why, sizeof(why), "%s: unknown argument '%.64s'", t->name, key);
 				return mcp_tool_arg_error(cc, code, msg, msglen, why);
 			}
@@ -499,7 +533,7 @@ json_t *mcp_tools_call(struct mcp_call_ctx *cc, json_t *params, int *code, char 
 		return NULL;
 	}
 	snprintf(tmp_root, sizeof(tmp_root), "%s/tmp", cc->s->state_dir);
-	if (tool_args(&a, &owned, t, args, why, sizeof(why)) < 0) {
+	if (tool_args(&a, &owned, t, args, cc->s, why, sizeof(why)) < 0) {
 		json_decref(owned);
 		return mcp_tool_arg_error(cc, code, msg, msglen, why);
 	}

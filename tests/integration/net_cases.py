@@ -1,0 +1,291 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Networks by allow-list (--allow-net, docs/network.md), real engine, image,
+egress proxy (squid) and real hosts.
+
+Usage: net_cases.py CASE   (one meson test per case; see meson.build)
+The hosts are read from this machine's own configuration when the test
+runs, never written here: the npm registry from `npm config get registry`
+(HTTPS) and the Debian mirror from apt's sources (HTTP). The CA bundle the
+sandbox trusts is the host's own (SSL_CERT_FILE, else Debian's bundle), so
+a machine whose egress inspects TLS works as one whose does not.
+"""
+import glob
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import http.server
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_cases import NBRUN, check, engine, fail, leftovers, run, validate  # noqa: E402
+from serve_cases import Server  # noqa: E402
+
+
+def npm_registry():
+    """(host, base URL) of the machine's npm registry, over HTTPS."""
+    out = subprocess.run(["npm", "config", "get", "registry"], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    u = urllib.parse.urlsplit(out)
+    check(u.scheme == "https" and u.hostname, "npm registry %r is not an https URL" % out)
+    return u.hostname, "https://%s%s" % (u.netloc, u.path.rstrip("/"))
+
+
+def apt_mirror():
+    """(host, base URL) of the machine's Debian mirror, over HTTP."""
+    lines = []
+    for path in ["/etc/apt/sources.list"] + glob.glob("/etc/apt/sources.list.d/*"):
+        try:
+            with open(path) as f:
+                lines += f.read().splitlines()
+        except OSError:
+            pass
+    for line in lines:
+        m = re.match(r"^(?:deb\s+(?:\[[^]]*\]\s+)?|URIs:\s*)(http://\S+)", line.strip())
+        if m and "security" not in m.group(1):
+            u = urllib.parse.urlsplit(m.group(1))
+            return u.hostname, m.group(1).rstrip("/")
+    fail("no http:// Debian mirror in apt's sources")
+
+
+def ca_bundle():
+    for path in (os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
+        if path and os.path.isfile(path):
+            return path
+    fail("no CA bundle on the host")
+
+
+def relays():
+    return leftovers(label="nbrun.egress=relay")
+
+
+def proxy_running():
+    cs = engine("/containers/json?filters=" + urllib.parse.quote(json.dumps({"name": ["nbrun-egress-proxy"]})))
+    return any(c["Names"][0] == "/nbrun-egress-proxy" for c in cs)
+
+
+FETCH = r'''
+import json, os, socket, urllib.request
+out = {}
+def get(name, url):
+    try:
+        r = urllib.request.urlopen(url, timeout=30)
+        out[name] = [r.status, len(r.read())]
+    except Exception as e:
+        out[name] = [0, str(e)[:200]]
+'''
+
+
+def fetch_code(urls, through_proxy=False):
+    """Code fetching each url; through_proxy: loopback too goes to the proxy (NO_PROXY dropped)."""
+    code = FETCH
+    if through_proxy:
+        code += 'os.environ.pop("NO_PROXY", None)\nos.environ.pop("no_proxy", None)\n'
+
+    for name, url in urls.items():
+        code += "get(%r, %r)\n" % (name, url)
+    code += ('try:\n    socket.getaddrinfo(%r, 443)\n    out["resolver"] = True\n'
+             'except OSError:\n    out["resolver"] = False\n' % npm_registry()[0])
+    code += "print(json.dumps(out))\n"
+    return code
+
+
+def fetched(doc):
+    check(doc is not None and doc.get("stdout"), "no output: %r" % doc)
+    return json.loads(doc["stdout"].strip().splitlines()[-1])
+
+
+class HostServer:
+    """An HTTP server on every address of the host: what a sandbox must not reach."""
+
+    def __init__(self):
+        self.srv = http.server.ThreadingHTTPServer(("0.0.0.0", 0), http.server.SimpleHTTPRequestHandler)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+
+
+def bridge_gateway():
+    nets = engine("/networks/bridge")
+    return nets["IPAM"]["Config"][0]["Gateway"]
+
+
+# ---- cases -----------------------------------------------------------------
+
+def case_allow_fetch():
+    npm_host, npm = npm_registry()
+    apt_host, apt = apt_mirror()
+    code = fetch_code({"https": npm + "/is-number", "http": apt + "/dists/bookworm/Release",
+                       "other": "https://example.com/", "other_port": "https://%s:8443/" % npm_host})
+    rc, doc, out, err = run(["--allow-net", npm_host + ":443", "--allow-net", apt_host + ":80",
+                             "--ca-certs", ca_bundle(), "-c", code], timeout=300)
+    check(rc == 0, "exit %d: %r %s" % (rc, doc and doc.get("error"), err[-500:]))
+    validate(doc)
+    got = fetched(doc)
+    check(got["https"][0] == 200 and got["https"][1] > 100, "HTTPS through the proxy: %r" % got)
+    check(got["http"][0] == 200 and got["http"][1] > 100, "HTTP through the proxy: %r" % got)
+    check(got["other"][0] == 0 and "403" in got["other"][1], "another host refused: %r" % got)
+    check(got["other_port"][0] == 0 and "403" in got["other_port"][1], "another port refused: %r" % got)
+    check(got["resolver"] is False, "the sandbox resolved a name: %r" % got)
+    net = doc["network"]
+    check(net["allow"] == [npm_host + ":443", apt_host + ":80"], "policy: %r" % net["allow"])
+    hosts = {(r["host"], r["port"], r["allowed"]) for r in net["requests"]}
+    check((npm_host, 443, True) in hosts and (apt_host, 80, True) in hosts, "allowed: %r" % hosts)
+    check(("example.com", 443, False) in hosts and (npm_host, 8443, False) in hosts, "refused: %r" % hosts)
+    check(net["denied"] == ["example.com", npm_host] or set(net["denied"]) == {"example.com", npm_host},
+          "denied: %r" % net["denied"])
+    check(net["bytes_received"] > 1000 and not net["capped"], "bytes: %r" % net)
+    check(not leftovers(doc["run_id"]) and not relays(), "left: %r %r" % (leftovers(doc["run_id"]), relays()))
+    check(not proxy_running(), "the proxy outlived the run")
+    # the human output names the refused hosts
+    p = subprocess.run([NBRUN, "run", "-o", out + "-h", "--allow-net", npm_host + ":443", "--ca-certs",
+                        ca_bundle(), "-c", fetch_code({"other": "https://example.com/"})],
+                       capture_output=True, text=True, timeout=300)
+    check("refused" in p.stdout and "example.com" in p.stdout, "human output: %r" % p.stdout[-800:])
+    return "HTTPS to %s and HTTP to %s fetched; another host and port refused in the cell and listed; no resolver; nothing left" % (npm_host, apt_host)
+
+
+def case_refused():
+    npm_host, npm = npm_registry()
+    host = HostServer()
+    try:
+        gw = bridge_gateway()
+        urls = {
+            "ip_literal": "http://1.1.1.1/",
+            "loopback": "http://127.0.0.1:%d/" % host.port,
+            "gateway": "http://%s:%d/" % (gw, host.port),
+            "metadata": "http://169.254.169.254/latest/meta-data/",
+            "localhost": "http://localhost:%d/" % host.port,
+            "private_listed_name": "http://private.nbrun-test.invalid:%d/" % host.port,
+        }
+        # names allowed, even localhost: what they resolve to is refused all the same
+        rc, doc, out, err = run(["--allow-net", "localhost:%d" % host.port, "--allow-net", npm_host + ":443",
+                                 "--ca-certs", ca_bundle(), "-c", fetch_code(urls, True)], timeout=300)
+        check(rc == 0, "exit %d: %s" % (rc, err[-500:]))
+        got = fetched(doc)
+        for name in urls:
+            check(got[name][0] == 0, "%s reached: %r" % (name, got[name]))
+        check(all("403" in got[n][1] or "Forbidden" in got[n][1] for n in urls), "refused by the proxy: %r" % got)
+        denied = set(doc["network"]["denied"])
+        check({"1.1.1.1", "127.0.0.1", gw, "169.254.169.254", "localhost"} <= denied, "denied: %r" % denied)
+        # the sandbox has no route of its own to any of them, with or without the proxy
+        code = ("import socket, json\nres = {}\n"
+                "for a in [('127.0.0.1', %d), (%r, %d), ('169.254.169.254', 80), ('1.1.1.1', 80)]:\n"
+                "    s = socket.socket(); s.settimeout(3)\n"
+                "    try:\n        s.connect(a); res[a[0]] = 'open'\n"
+                "    except OSError as e:\n        res[a[0]] = e.errno\n"
+                "print(json.dumps(res))\n") % (host.port, gw, host.port)
+        rc, doc, out, err = run(["--allow-net", npm_host + ":443", "-c", code])
+        direct = json.loads(doc["stdout"].strip())
+        check("open" not in direct.values(), "a direct connection got through: %r" % direct)
+        # without --allow-net nothing changes: no proxy, no network
+        rc, doc, out, err = run(["-c", "import os, urllib.request\nprint(os.environ.get('HTTPS_PROXY'))\n"
+                                 "urllib.request.urlopen('https://%s/', timeout=5)" % npm_host])
+        check(doc["status"] == "error" and doc["stdout"].strip() == "None" and "network" not in doc,
+              "without --allow-net: %r" % doc)
+        check(not relays(), "relays left: %r" % relays())
+        return "IP literal, loopback, localhost, the bridge gateway %s and 169.254.169.254 refused after resolution; no direct route; without --allow-net no proxy" % gw
+    finally:
+        host.close()
+
+
+def case_byte_cap():
+    npm_host, npm = npm_registry()
+    code = fetch_code({"big": npm + "/typescript"})
+    rc, doc, out, err = run(["--allow-net", npm_host + ":443", "--net-bytes", "200K", "--ca-certs", ca_bundle(),
+                             "-c", code], timeout=300)
+    check(rc == 0, "exit %d: %s" % (rc, err[-500:]))
+    got = fetched(doc)
+    net = doc["network"]
+    check(got["big"][0] == 0, "the download was not cut: %r" % got)
+    check(net["capped"] and net["bytes_cap"] == 200 * 1024, "capped: %r" % net)
+    check(any(r["cut"] for r in net["requests"]), "no connection marked cut: %r" % net["requests"])
+    check(net["bytes_sent"] + net["bytes_received"] < 200 * 1024 + 256 * 1024, "bytes past the cap: %r" % net)
+    return "a download past --net-bytes 200K was cut and the result says so"
+
+
+def case_usage():
+    for args, words in ((["--allow-net", "exa*mple.org"], "not a host to allow"),
+                        (["--allow-net", "example.org:0"], "port"),
+                        (["--allow-net", "example.org", "--network", "bridge"], "--network none"),
+                        (["--ca-certs", "/etc/hostname"], "give the hosts too"),
+                        (["--allow-net", "example.org", "--ca-certs", "/etc/hostname"], "no PEM certificate"),
+                        (["--allow-net", "example.org", "--runtime", "runsc"], "runsc")):
+        p = subprocess.run([NBRUN, "run", "-c", "1"] + args, capture_output=True, text=True, timeout=120)
+        check(p.returncode == 2 and words in p.stderr.splitlines()[0] and "Traceback" not in p.stderr,
+              "%r: exit %d %r" % (args, p.returncode, p.stderr))
+    check(not relays(), "relays left: %r" % relays())
+    return "bad hosts, --network bridge, --ca-certs alone or not PEM, runsc: exit 2 with one line, nothing started"
+
+
+def case_serve_ceiling():
+    npm_host, npm = npm_registry()
+    srv = Server(extra=["--allow-net", "*.%s:443" % npm_host.split(".", 1)[1] if npm_host.count(".") >= 2
+                        else npm_host + ":443", "--ca-certs", ca_bundle()])
+    try:
+        st, doc = srv.json("/v1/runs", {"code": fetch_code({"https": npm + "/is-number"}),
+                                        "allow_net": [npm_host + ":443"]})
+        check(st == 200 and fetched(doc)["https"][0] == 200, "within the ceiling: %d %r" % (st, doc))
+        check(doc["network"]["allow"] == [npm_host + ":443"], "policy: %r" % doc["network"])
+        st, doc = srv.json("/v1/runs", {"code": "1", "allow_net": ["example.com"]})
+        check(st == 400 and doc.get("kind") == "policy" and "beyond" in doc["error"], "beyond: %d %r" % (st, doc))
+        st, doc = srv.json("/v1/runs", {"code": "1", "allow_net": ["bad host"]})
+        check(st == 400 and doc.get("kind") == "request", "bad host: %d %r" % (st, doc))
+        # a request that asks nothing has no network, ceiling or not
+        st, doc = srv.json("/v1/runs", {"code": "import os\nprint(os.environ.get('HTTPS_PROXY'))"})
+        check(st == 200 and doc["stdout"].strip() == "None" and "network" not in doc, "no allow_net: %r" % doc)
+        # sessions take it too, and keep it across executions
+        st, doc = srv.json("/v1/sessions", {"allow_net": [npm_host + ":443"]})
+        check(st == 201, "session: %d %r" % (st, doc))
+        sid = doc["id"]
+        for _ in range(2):
+            st, res = srv.json("/v1/sessions/%s/execute" % sid, {"code": fetch_code({"https": npm + "/is-number"})})
+            check(st == 200 and fetched(res)["https"][0] == 200, "session fetch: %d %r" % (st, res))
+        st, doc = srv.json("/v1/sessions", {"allow_net": ["example.com"]})
+        check(st == 400 and doc.get("kind") == "policy", "session beyond: %d %r" % (st, doc))
+        srv.json("/v1/sessions/" + sid, method="DELETE")
+        # the CLI's --server sends --allow-net as allow_net
+        p = subprocess.run([NBRUN, "run", "--server", srv.url, "--json", "-o", srv.tmp + "/cli",
+                            "--allow-net", "example.com", "-c", "1"],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, NBRUN_TOKEN=srv.token))
+        check(p.returncode == 2 and "beyond" in p.stderr, "run --server beyond: %d %r" % (p.returncode, p.stderr))
+        # SIGTERM: the server stops in order and takes the proxy with it
+        srv.proc.send_signal(signal.SIGTERM)
+        check(srv.proc.wait(60) == 0, "serve exited %s" % srv.proc.returncode)
+        check(not relays() and not proxy_running(),
+              "after SIGTERM: relays %r, proxy %s" % (relays(), proxy_running()))
+    finally:
+        srv.stop()
+    # SIGKILL leaves the relay of a running session and the proxy: nbrun gc removes them
+    srv = Server(extra=["--allow-net", npm_host + ":443"])
+    try:
+        st, doc = srv.json("/v1/sessions", {"allow_net": [npm_host + ":443"]})
+        check(st == 201 and relays() and proxy_running(), "session: %d %r" % (st, doc))
+    finally:
+        srv.stop()
+    p = subprocess.run([NBRUN, "gc"], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0 and not relays() and not proxy_running(),
+          "nbrun gc: %d %r; relays %r, proxy %s" % (p.returncode, p.stderr, relays(), proxy_running()))
+    return ("within the ceiling fetched (run and session); beyond is 400 policy; --server forwards it; "
+            "SIGTERM leaves nothing; after SIGKILL nbrun gc removes relay and proxy")
+
+
+def main():
+    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+    if len(sys.argv) != 2 or sys.argv[1] not in cases:
+        print("usage: net_cases.py CASE\ncases: %s" % " ".join(sorted(cases)), file=sys.stderr)
+        return 2
+    print("held %s: %s" % (sys.argv[1], cases[sys.argv[1]]()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
