@@ -145,6 +145,11 @@ def case_allow_fetch():
     check(net["bytes_received"] > 1000 and not net["capped"], "bytes: %r" % net)
     check(not leftovers(doc["run_id"]) and not relays(), "left: %r %r" % (leftovers(doc["run_id"]), relays()))
     check(not proxy_running(), "the proxy outlived the run")
+    # R's download.file reads the proxy variables too
+    rc, doc, out, err = run(["-l", "r", "--allow-net", npm_host + ":443", "--ca-certs", ca_bundle(), "-c",
+                             'f <- tempfile(); download.file("%s/is-number", f, quiet=TRUE); cat(file.size(f))'
+                             % npm], timeout=300)
+    check(rc == 0 and int(doc["stdout"].strip()) > 100, "R download.file: %d %r" % (rc, doc and doc.get("stdout")))
     # the human output names the refused hosts
     p = subprocess.run([NBRUN, "run", "-o", out + "-h", "--allow-net", npm_host + ":443", "--ca-certs",
                         ca_bundle(), "-c", fetch_code({"other": "https://example.com/"})],
