@@ -102,11 +102,29 @@ void serve_pool_options(struct nbrun_pool_options *po, const struct serve_pool_a
 	po->language_count = a->n;
 }
 
-/* The warm pool: the server's run limits, no environment (a sandbox starts before its run). */
+/*
+ * What a pool sandbox is made with: the server's run limits, no environment
+ * and no way out (a sandbox starts before its run; runs with hosts start
+ * their own).
+ */
+static struct nbrun_run_options serve_pool_run_options(const struct serve *s)
+{
+	struct nbrun_run_options ro = s->opts;
+
+	ro.env = NULL;
+	ro.env_count = 0;
+	ro.allow_net = NULL;
+	ro.allow_net_count = 0;
+	ro.ca_certs = NULL;
+	ro.net_bytes = 0;
+	return ro;
+}
+
+/* The warm pool of nbrun serve: a failure is the command's. */
 int serve_start_pool(struct serve *s, const struct serve_pool_args *pa)
 {
 	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
-	struct nbrun_run_options ro = s->opts;
+	struct nbrun_run_options ro = serve_pool_run_options(s);
 	struct nbrun_ctx *ctx = NULL;
 	int rc;
 
@@ -114,8 +132,6 @@ int serve_start_pool(struct serve *s, const struct serve_pool_args *pa)
 		serve_err("out of memory");
 		return -1;
 	}
-	ro.env = NULL;
-	ro.env_count = 0;
 	serve_pool_options(&po, pa, &ro);
 	rc = nbrun_pool_new(&s->pool, ctx, &po);
 	if (rc < 0)
@@ -284,13 +300,11 @@ void serve_free(struct serve *s)
 void mcp_start_pool(struct serve *s, const struct serve_pool_args *pa)
 {
 	struct nbrun_pool_options po = NBRUN_POOL_OPTIONS_INIT;
-	struct nbrun_run_options ro = s->opts;
+	struct nbrun_run_options ro = serve_pool_run_options(s);
 	struct nbrun_ctx *ctx = NULL;
 
 	if (nbrun_ctx_new(&ctx) < 0)
 		return;
-	ro.env = NULL;
-	ro.env_count = 0;
 	serve_pool_options(&po, pa, &ro);
 	/* Without a pool every call starts cold, and says why it cannot when the engine is down. */
 	if (nbrun_pool_new(&s->pool, ctx, &po) < 0)

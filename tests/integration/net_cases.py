@@ -233,13 +233,16 @@ def case_usage():
 
 def case_serve_ceiling():
     npm_host, npm = npm_registry()
-    srv = Server(extra=["--allow-net", "*.%s:443" % npm_host.split(".", 1)[1] if npm_host.count(".") >= 2
-                        else npm_host + ":443", "--ca-certs", ca_bundle()])
+    srv = Server(pool=1, extra=["--allow-net", "*.%s:443" % npm_host.split(".", 1)[1] if npm_host.count(".") >= 2
+                                else npm_host + ":443", "--ca-certs", ca_bundle()])
     try:
+        srv.wait_pool(1)
         st, doc = srv.json("/v1/runs", {"code": fetch_code({"https": npm + "/is-number"}),
                                         "allow_net": [npm_host + ":443"]})
         check(st == 200 and fetched(doc)["https"][0] == 200, "within the ceiling: %d %r" % (st, doc))
         check(doc["network"]["allow"] == [npm_host + ":443"], "policy: %r" % doc["network"])
+        # a warm sandbox has no way out: a run with hosts starts its own, one without takes the pool's
+        check(not doc.get("warm"), "a run with hosts took a pool sandbox: %r" % doc.get("warm"))
         st, doc = srv.json("/v1/runs", {"code": "1", "allow_net": ["example.com"]})
         check(st == 400 and doc.get("kind") == "policy" and "beyond" in doc["error"], "beyond: %d %r" % (st, doc))
         st, doc = srv.json("/v1/runs", {"code": "1", "allow_net": ["bad host"]})
@@ -247,6 +250,7 @@ def case_serve_ceiling():
         # a request that asks nothing has no network, ceiling or not
         st, doc = srv.json("/v1/runs", {"code": "import os\nprint(os.environ.get('HTTPS_PROXY'))"})
         check(st == 200 and doc["stdout"].strip() == "None" and "network" not in doc, "no allow_net: %r" % doc)
+        check(doc.get("warm") is True, "a run without hosts went cold: %r" % doc.get("warm"))
         # sessions take it too, and keep it across executions
         st, doc = srv.json("/v1/sessions", {"allow_net": [npm_host + ":443"]})
         check(st == 201, "session: %d %r" % (st, doc))
@@ -281,6 +285,46 @@ def case_serve_ceiling():
           "nbrun gc: %d %r; relays %r, proxy %s" % (p.returncode, p.stderr, relays(), proxy_running()))
     return ("within the ceiling fetched (run and session); beyond is 400 policy; --server forwards it; "
             "SIGTERM leaves nothing; after SIGKILL nbrun gc removes relay and proxy")
+
+
+def case_mcp():
+    """MCP at /mcp: allow_net offered only under a ceiling, checked against it."""
+    from session_cases import mcp_call, mcp_tool
+    npm_host, npm = npm_registry()
+    for extra, offered in (([], False), (["--allow-net", npm_host + ":443", "--ca-certs", ca_bundle()], True)):
+        srv = Server(extra=extra)
+        try:
+            st, init, msid = mcp_call(srv, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "net", "version": "1"}}})
+            check(st == 200 and msid, "initialize: %d %r" % (st, init))
+            st, tools, _ = mcp_call(srv, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, msid)
+            props = {t["name"]: t["inputSchema"]["properties"] for t in tools["result"]["tools"]}
+            for name in ("run_python", "run_notebook", "session_open"):
+                check(("allow_net" in props[name]) == offered, "%s offers allow_net: %r" % (name, props[name]))
+            if not offered:
+                res = mcp_tool(srv, msid, "run_python", {"code": "1", "allow_net": [npm_host]})
+                check(res.get("isError") and "unknown argument" in json.dumps(res), "no ceiling: %r" % res)
+                continue
+            check(npm_host in props["run_python"]["allow_net"]["description"], "the ceiling named: %r"
+                  % props["run_python"]["allow_net"])
+            res = mcp_tool(srv, msid, "run_python", {"code": fetch_code({"https": npm + "/is-number"}),
+                                                     "allow_net": [npm_host + ":443"]})
+            check(res.get("isError") is False and fetched(res["structuredContent"])["https"][0] == 200,
+                  "within: %r" % res)
+            check(res["structuredContent"]["network"]["allow"] == [npm_host + ":443"], "network: %r" % res)
+            res = mcp_tool(srv, msid, "run_python", {"code": "1", "allow_net": ["example.com"]})
+            check(res.get("isError") and "beyond" in json.dumps(res), "beyond: %r" % res)
+            res = mcp_tool(srv, msid, "session_open", {"allow_net": [npm_host + ":443"]})
+            sid = res["structuredContent"]["session_id"]
+            res = mcp_tool(srv, msid, "session_execute", {"session_id": sid,
+                                                          "code": fetch_code({"https": npm + "/is-number"})})
+            check(fetched(res["structuredContent"])["https"][0] == 200, "session: %r" % res)
+            mcp_tool(srv, msid, "session_close", {"session_id": sid})
+            srv.proc.send_signal(signal.SIGTERM)
+            check(srv.proc.wait(60) == 0 and not relays() and not proxy_running(), "left after SIGTERM")
+        finally:
+            srv.stop()
+    return "allow_net offered only under a ceiling that its description names; within it fetched (run and session), beyond it a tool error"
 
 
 def main():
