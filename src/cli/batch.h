@@ -78,8 +78,9 @@ void manifest_free(struct manifest *m);
 int batch_html_write(const json_t *report, const char *dir);
 
 /*
- * The line of the traceback where the error was raised, as IPython writes
- * it ("Cell In[3], line 7": *exec_count 3, return 7), or 0 when it says none.
+ * The line of the cell where the error was raised, from the last cell frame
+ * of an IPython traceback ("Cell In[3], line 7": *exec_count 3, return 7),
+ * or 0 when it names none.
  */
 long batch_error_line(const char *traceback, long *exec_count);
 
