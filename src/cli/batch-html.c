@@ -41,7 +41,7 @@ static const char style[] =
 	".att{font-size:.8em;color:#5b6470;margin-top:.3em}"
 	"code,pre{font:12px/1.35 ui-monospace,'DejaVu Sans Mono',monospace}"
 	".params code{background:#f5f6f8;padding:0 .25em;border-radius:3px;word-break:break-all}"
-	".err{max-width:32em;word-break:break-word}.err b{color:#cf222e}"
+	".err{min-width:16em;max-width:32em;word-break:break-word}.err b{color:#cf222e}"
 	".where{color:#5b6470;font-size:.85em}"
 	".thumb img{max-width:160px;max-height:100px;border:1px solid #e3e6ea;background:#fff}"
 	".links a{margin-right:.6em;white-space:nowrap}"
@@ -164,12 +164,13 @@ static void put_params(struct buf *b, const json_t *params)
 static void put_error(struct buf *b, const json_t *entry)
 {
 	const json_t *result = json_object_get(entry, "result"), *e = json_object_get(result, "error");
-	const char *value = str(e, "value"), *tb = str(e, "traceback");
+	const char *value = str(e, "value"), *tb = str(e, "traceback"), *status = str(entry, "status") ?: "";
 	long count = 0, line;
 
-	if (!json_is_object(e)) {
+	/* a timeout's or a failure's own message says more than the interrupt it raised */
+	if (!json_is_object(e) || (strcmp(status, "error") && str(result, "message"))) {
 		const char *msg = str(result, "message") ?: str(entry, "first_error");
-		if (msg && strcmp(str(entry, "status") ?: "", "ok"))
+		if (msg && strcmp(status, "ok"))
 			put_text(b, msg, 300);
 		return;
 	}
