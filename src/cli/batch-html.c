@@ -33,14 +33,14 @@ static const char style[] =
 	"th,td{border-bottom:1px solid #e3e6ea;padding:.45em .6em;text-align:left;vertical-align:top}"
 	"th{background:#f5f6f8;font-weight:600;position:sticky;top:0}"
 	"td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
-	".name{font-weight:600;word-break:break-all}"
+	".name{font-weight:600;min-width:9em;overflow-wrap:anywhere}"
 	".path{display:block;font-weight:400;color:#5b6470;font-size:.85em}"
 	".st{display:inline-block;padding:.05em .55em;border-radius:1em;font-size:.85em;font-weight:600;color:#fff}"
 	".st-ok{background:#1a7f37}.st-error{background:#cf222e}.st-timeout{background:#bc4c00}"
 	".st-oom{background:#8250df}.st-failed{background:#6e7781}.st-not_run{background:#afb8c1}"
 	".att{font-size:.8em;color:#5b6470;margin-top:.3em}"
 	"code,pre{font:12px/1.35 ui-monospace,'DejaVu Sans Mono',monospace}"
-	".params code{background:#f5f6f8;padding:0 .25em;border-radius:3px;word-break:break-all}"
+	".params{min-width:10em}.params code{background:#f5f6f8;padding:0 .25em;border-radius:3px;overflow-wrap:anywhere}"
 	".err{min-width:16em;max-width:32em;word-break:break-word}.err b{color:#cf222e}"
 	".where{color:#5b6470;font-size:.85em}"
 	".thumb img{max-width:160px;max-height:100px;border:1px solid #e3e6ea;background:#fff}"
@@ -366,7 +366,7 @@ static void put_page(struct buf *b, int dirfd, const char *dir, const json_t *re
 	put_duration(b, json_integer_value(json_object_get(report, "duration_ms")));
 	buf_printf(b, " with %lld at once", (long long)json_integer_value(json_object_get(report, "jobs")));
 	if (reruns)
-		buf_printf(b, " (the last of %lld reruns)", (long long)reruns);
+		buf_printf(b, " &middot; reruns: %lld", (long long)reruns);
 	if (json_is_true(json_object_get(report, "interrupted")))
 		buf_puts(b, " &middot; <b>interrupted</b>");
 	buf_puts(b, "</p>\n<table>\n<thead><tr><th>notebook</th><th>status</th><th>duration</th>"
