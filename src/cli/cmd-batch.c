@@ -1345,8 +1345,8 @@ int cmd_batch(int argc, char **argv)
 		b.base = batch_load_base(rerun);
 		if (!b.base)
 			goto out;
-		/* a batch rendered keeps being rendered */
-		b.html |= json_is_true(json_object_get(b.base, "html"));
+		/* a batch rendered keeps being rendered (here: not through a server) */
+		b.html |= !server && json_is_true(json_object_get(b.base, "html"));
 		b.out_dir = strdup(rerun);
 		ret = batch_add_rerun(&b, only);
 		if (ret == CLI_EXIT_FAILED)
