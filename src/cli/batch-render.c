@@ -70,21 +70,14 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static int read_page(const char *scratch, char **out, size_t *len, char *err, size_t errlen)
 {
 	char path[4096];
-	int fd, rc;
+	int rc;
 
 	snprintf(path, sizeof(path), "%s/files/notebook.html", scratch);
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "the renderer wrote no page");
-		return -1;
-	}
-	rc = fd_read_all(fd, RENDER_HTML_MAX, out, len);
-	close(fd);
-	if (rc < 0) {
-		snprintf(err, errlen, "the rendered page: %s", rc == -EFBIG ? "over 64 MiB" : strerror(-rc));
-		return -1;
-	}
-	return 0;
+	rc = fd_read_file(AT_FDCWD, path, FD_READ_REGULAR | FD_READ_NOFOLLOW, RENDER_HTML_MAX, out, len);
+	if (rc < 0)
+		snprintf(err, errlen, "the rendered page: %s",
+			 rc == -ENOENT ? "the renderer wrote none" : rc == -EFBIG ? "over 64 MiB" : strerror(-rc));
+	return rc < 0 ? -1 : 0;
 }
 
 int batch_render_html(const char *dir, const struct nbrun_run_options *base, char *err, size_t errlen)
