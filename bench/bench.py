@@ -1261,6 +1261,121 @@ def section_runsc(b, n):
     return res
 
 
+# ---- net: the allow-list path ------------------------------------------------------
+
+NET_FETCHES = 10
+NET_FETCH_CODE = r"""
+import json, time, urllib.request
+url = %r
+urllib.request.urlopen(url, timeout=60).read()
+ms = []
+for _ in range(%d):
+    t0 = time.perf_counter()
+    urllib.request.urlopen(url, timeout=60).read()
+    ms.append((time.perf_counter() - t0) * 1000)
+print(json.dumps(ms))
+"""
+
+
+def npm_registry():
+    """(host, https base) of this machine's npm registry, or None."""
+    out = sh(["npm", "config", "get", "registry"]) or ""
+    u = urllib.parse.urlsplit(out.strip())
+    return (u.hostname, "https://%s%s" % (u.netloc, u.path.rstrip("/"))) if u.scheme == "https" and u.hostname else None
+
+
+def ca_bundle():
+    for path in (os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+def section_net(b, n):
+    """--allow-net beside --network none: n cold print(1) runs of each,
+    interleaved; through nbrun serve, a request with hosts (its own sandbox)
+    beside one without (a pool hit); and one HTTPS fetch of the npm registry
+    in the sandbox through the proxy beside the same fetch from the host."""
+    reg, ca = npm_registry(), ca_bundle()
+    res = {"cold": {"none": [], "allow": []}, "serve": {"none": [], "allow": []},
+           "fetch": {"sandbox": [], "host": []}, "host": reg[0] if reg else None}
+    if not reg:
+        b.fail("net", "no https npm registry in this machine's npm configuration")
+        return res
+    host, base = reg
+    url = base + "/is-number"
+    allow = ["--allow-net", host + ":443"] + (["--ca-certs", ca] if ca else [])
+    wl = WORKLOADS[0]
+    say("net: %d cold print(1) runs with --allow-net %s:443 and with --network none, alternating" % (n, host))
+    for i in range(n):
+        for who in (("none", "allow") if i % 2 == 0 else ("allow", "none")):
+            tick("net: cold %s %d/%d" % (who, i + 1, n))
+            p = b.nbrun_run(wl, extra=allow if who == "allow" else ())
+            if p.ok:
+                res["cold"][who].append(p.wall_ms)
+    srv = Server(b, 1, extra=allow, name="serve-net")
+    try:
+        if not srv.start():
+            b.fail("net: nbrun serve", "did not start (log: %s)" % _tail(srv.log_path))
+            return res
+        for i in range(n + 1):
+            for who in ("none", "allow"):
+                if srv.wait_full(timeout=600) is None:
+                    b.fail("net: nbrun serve", "the pool did not fill")
+                    return res
+                tick("net: serve %s %d/%d" % (who, i, n))
+                body = json.dumps({"code": "print(1)", **({"allow_net": [host + ":443"]} if who == "allow" else {})})
+                r = warm_post(srv.client, body)
+                if r["status"] != 200 or r["doc"].get("stdout") != "1\n":
+                    b.fail("net: serve %s" % who, "HTTP %d %r" % (r["status"], r["doc"].get("error")))
+                elif i:
+                    res["serve"][who].append(r["wall_ms"])
+    finally:
+        tick_done()
+        res["leftovers"] = srv.finish("net: nbrun serve")
+    tick("net: %d HTTPS fetches in the sandbox" % NET_FETCHES)
+    p = b.nbrun_run({"key": "net-fetch", "label": "fetch", "code": NET_FETCH_CODE % (url, NET_FETCHES),
+                     "csv": False}, extra=allow)
+    try:
+        res["fetch"]["sandbox"] = json.loads(p.doc.get("stdout", "").strip())
+    except ValueError:
+        b.fail("net: fetch in the sandbox", "%r" % p.doc.get("stdout"))
+    tick("net: %d HTTPS fetches from the host" % NET_FETCHES)
+    hp = subprocess.run([sys.executable, "-c", NET_FETCH_CODE % (url, NET_FETCHES)], capture_output=True,
+                        text=True, timeout=600)
+    try:
+        res["fetch"]["host"] = json.loads(hp.stdout.strip())
+    except ValueError:
+        b.fail("net: fetch from the host", hp.stderr[-300:])
+    tick_done()
+    return res
+
+
+def report_net(r, metric, targets, out):
+    out.append("== --allow-net beside --network none (ms); the host: %s" % r.get("host"))
+    rows, p50 = [], {}
+    for kind, who, label in (("cold", "none", "cold print(1), --network none"),
+                             ("cold", "allow", "cold print(1), --allow-net (proxy, relay)"),
+                             ("serve", "none", "nbrun serve request, no hosts (pool hit)"),
+                             ("serve", "allow", "nbrun serve request with hosts (own sandbox)"),
+                             ("fetch", "host", "one HTTPS fetch from the host"),
+                             ("fetch", "sandbox", "one HTTPS fetch in the sandbox, via the proxy")):
+        d = dist(r[kind][who])
+        p50[kind, who] = d["p50"]
+        metric("net.%s.%s.ms" % (kind, who), d, "ms", "lower")
+        rows.append(dist_row(label, d))
+    out.append(table(["", "n", "min", "p50", "p90", "p99", "max"], rows))
+    out.append("")
+    for kind, a, b_, what in (("cold", "allow", "none", "cold run with hosts vs none"),
+                              ("serve", "allow", "none", "serve request with hosts vs a pool hit"),
+                              ("fetch", "sandbox", "host", "HTTPS fetch via the proxy vs from the host")):
+        rr = ratio(p50[kind, a], p50[kind, b_])
+        if rr:
+            metric("net.%s.ratio" % kind, rr, "x", "lower", note=what)
+        targets.append(("%s, p50 (info)" % what, "%.2fx (%.0f vs %.0f ms)" % (rr, p50[kind, a], p50[kind, b_])
+                        if rr else "-", "-", None))
+
+
 def report_runsc(r, metric, targets, out):
     out.append("== gVisor: print(1) under runc (the engine's default) and --runtime runsc, "
                "interleaved in one session (ms)")
@@ -1601,9 +1716,10 @@ def main():
                     help="back-to-back print(1) requests at concurrency 1 and 2 (20; quick 2)")
     ap.add_argument("--long-cells", type=int, help="cells of the long notebook (1000; quick 100)")
     ap.add_argument("--long-runs", type=int, help="runs of the long notebook, each side (3; quick 1)")
-    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs,long "
+    ap.add_argument("--only", help="comma list of sections: cold,phases,warm,batch,parse,langs,long,net "
                     "(those by default), runsc (gVisor against runc; scripts/setup registers runsc)")
     ap.add_argument("--runsc-runs", type=int, help="cold runs and warm hits per runtime in runsc (3; quick 1)")
+    ap.add_argument("--net-runs", type=int, help="runs of each side in section net (5; quick 1)")
     ap.add_argument("--wait-idle", type=float, default=0,
                     help="wait up to this many minutes for the 1-min load to fall below nproc/2")
     ap.add_argument("--results", help="where to write the JSON (default bench/results/<date>[-quick].json)")
@@ -1625,8 +1741,9 @@ def main():
     args.long_cells = args.long_cells or (100 if q else 1000)
     args.long_runs = args.long_runs or (1 if q else 3)
     args.runsc_runs = args.runsc_runs or (1 if q else 3)
-    sections = set((args.only or "cold,phases,warm,batch,parse,langs,long").split(","))
-    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs", "long", "runsc"}
+    args.net_runs = args.net_runs or (1 if q else 5)
+    sections = set((args.only or "cold,phases,warm,batch,parse,langs,long,net").split(","))
+    unknown = sections - {"cold", "phases", "warm", "batch", "parse", "langs", "long", "runsc", "net"}
     if unknown:
         print("bench: error: --only: unknown section(s) %s" % ",".join(sorted(unknown)), file=sys.stderr)
         return 2
@@ -1663,7 +1780,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="nbrun-bench-")
     b = Bench(args, work)
-    cold = phases = warm = batch = parse = langs = long_ = runsc = None
+    cold = phases = warm = batch = parse = langs = long_ = runsc = net = None
     t_all = time.monotonic()
     try:
         with LoadSampler() as sampler:
@@ -1683,6 +1800,8 @@ def main():
                 long_ = section_long(b, args.long_cells, args.long_runs)
             if "runsc" in sections:
                 runsc = section_runsc(b, args.runsc_runs)
+            if "net" in sections:
+                net = section_net(b, args.net_runs)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -1907,6 +2026,8 @@ def main():
     # ---- gVisor
     if runsc:
         report_runsc(runsc, metric, targets, out)
+    if net:
+        report_net(net, metric, targets, out)
 
     # ---- targets
     if "warm" in sections:
@@ -1947,7 +2068,7 @@ def main():
                    "parse_runs": args.parse_runs, "warm_runs": args.warm_runs,
                    "long_cells": args.long_cells, "long_runs": args.long_runs,
                    "warm_pool": args.warm_pool, "warm_sustained": args.warm_sustained,
-                   "runsc_runs": args.runsc_runs,
+                   "runsc_runs": args.runsc_runs, "net_runs": args.net_runs,
                    "sections": sorted(sections)},
         "load": {"before": load_before, "after": load_after, "during_1min": during,
                  "busy_processes_at_start": hogs, "other_containers_at_start": others},
