@@ -10,6 +10,7 @@
  * starts, and empties it when the sandbox goes.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,13 +64,58 @@ static int egress_image(struct nbrun__docker *d, struct nbrun_ctx *ctx, char *ou
 			  NBRUN_EGRESS_IMAGE, NBRUN_VERSION);
 }
 
+/*
+ * The engine's networks of that name. Its CheckDuplicate is no lock: two
+ * nbrun processes making the network at once can make two, and the name
+ * is then ambiguous to every later request. The one made first is kept,
+ * the others removed (nobody uses them: they were made a moment ago).
+ */
+static int egress_network_dedupe(struct nbrun__docker *d, struct nbrun_ctx *ctx)
+{
+	json_t *list = NULL, *n, *keep = NULL;
+	size_t i;
+	int status = nbrun__docker_json(d, "GET",
+					"/networks?filters=%7B%22name%22%3A%5B%22" NBRUN_EGRESS_NETWORK "%22%5D%7D",
+					NULL, &list, EGRESS_TIMEOUT_MS);
+
+	if (status != 200 || !json_is_array(list)) {
+		json_decref(list);
+		return egress_status(ctx, status < 0 ? status : 500, "cannot list its networks");
+	}
+	json_array_foreach(list, i, n) {
+		const char *name = json_string_value(json_object_get(n, "Name"));
+		const char *created = json_string_value(json_object_get(n, "Created"));
+		if (!name || strcmp(name, NBRUN_EGRESS_NETWORK) || !created)
+			continue;
+		if (!keep || strcmp(created, json_string_value(json_object_get(keep, "Created"))) < 0)
+			keep = n;
+	}
+	json_array_foreach(list, i, n) {
+		const char *id = json_string_value(json_object_get(n, "Id"));
+		char path[160];
+		if (n == keep || !id || strcmp(json_string_value(json_object_get(n, "Name")) ?: "",
+					       NBRUN_EGRESS_NETWORK) ||
+		    strspn(id, "0123456789abcdef") != strlen(id) || strlen(id) > 64)
+			continue;
+		snprintf(path, sizeof(path), "/networks/%s", id);
+		nbrun__docker_json(d, "DELETE", path, NULL, NULL, EGRESS_TIMEOUT_MS);
+	}
+	json_decref(list);
+	return 0;
+}
+
 static int egress_network(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 {
 	json_t *body;
 	int status = nbrun__docker_json(d, "GET", "/networks/" NBRUN_EGRESS_NETWORK, NULL, NULL, 0);
 
-	if (status == 200 || status < 0)
-		return status < 0 ? status : 0;
+	if (status < 0)
+		return status;
+	if (status == 200)
+		return 0;
+	if (status != 404)
+		/* ambiguous (400 or 409, by engine version): two were made at once */
+		return egress_network_dedupe(d, ctx);
 	body = json_pack("{s:s, s:s, s:b, s:{s:s}}", "Name", NBRUN_EGRESS_NETWORK, "Driver", "bridge",
 			 "CheckDuplicate", 1, "Labels", NBRUN_EGRESS_LABEL, "network");
 	if (!body)
@@ -77,7 +123,9 @@ static int egress_network(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 	status = nbrun__docker_json(d, "POST", "/networks/create", body, NULL, 0);
 	json_decref(body);
 	/* 409: another nbrun made it meanwhile. */
-	return status == 409 ? 0 : egress_status(ctx, status, "cannot create its network");
+	if (status != 409 && (status < 0 || status >= 400))
+		return egress_status(ctx, status, "cannot create its network");
+	return egress_network_dedupe(d, ctx);
 }
 
 /* The proxy's state: 1 running (of image), 0 absent, 2 there but not running or another image. */
@@ -102,7 +150,22 @@ static int egress_proxy_state(struct nbrun__docker *d, const char *image)
 	return status == 200 ? state : 2;
 }
 
+/* The threads of one process (a batch, a server) make the network and proxy one at a time. */
+static pthread_mutex_t egress_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int egress_proxy_ensure_locked(struct nbrun__docker *d, struct nbrun_ctx *ctx);
+
 int nbrun__egress_proxy_ensure(struct nbrun__docker *d, struct nbrun_ctx *ctx)
+{
+	int rc;
+
+	pthread_mutex_lock(&egress_lock);
+	rc = egress_proxy_ensure_locked(d, ctx);
+	pthread_mutex_unlock(&egress_lock);
+	return rc;
+}
+
+static int egress_proxy_ensure_locked(struct nbrun__docker *d, struct nbrun_ctx *ctx)
 {
 	char image[128];
 	json_t *body;
@@ -230,8 +293,11 @@ int nbrun__egress_setup(struct nbrun__egress *e, struct nbrun__docker *d, struct
 	 * proxy while a relay exists, so another nbrun releasing it now cannot
 	 * take it away from this sandbox. */
 	rc = egress_image(d, ctx, image, sizeof(image));
-	if (rc == 0)
+	if (rc == 0) {
+		pthread_mutex_lock(&egress_lock);
 		rc = egress_network(d, ctx);
+		pthread_mutex_unlock(&egress_lock);
+	}
 	if (rc < 0)
 		goto out;
 	/* The volume both mount: the relay's socket, the CA bundle. */

@@ -731,8 +731,16 @@ static void dsb_destroy(struct nbrun__sandbox *sb)
 static json_t *dsb_net_report(struct nbrun__sandbox *sb)
 {
 	struct dsb *b = dsb_of(sb);
+	char msg[sizeof(sb->ctx->errmsg)];
+	json_t *report;
 
-	return b->egress_on ? nbrun__egress_report(&b->egress, b->docker, b->net_bytes) : NULL;
+	if (!b->egress_on)
+		return NULL;
+	/* What the run ended with stays its message, whatever the report's requests say. */
+	memcpy(msg, sb->ctx->errmsg, sizeof(msg));
+	report = nbrun__egress_report(&b->egress, b->docker, b->net_bytes);
+	memcpy(sb->ctx->errmsg, msg, sizeof(msg));
+	return report;
 }
 
 const struct nbrun__sandbox_ops nbrun__sandbox_docker = {

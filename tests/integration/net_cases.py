@@ -287,6 +287,38 @@ def case_serve_ceiling():
             "SIGTERM leaves nothing; after SIGKILL nbrun gc removes relay and proxy")
 
 
+def case_batch_session():
+    """nbrun batch and nbrun session take --allow-net as run does."""
+    import tempfile
+    npm_host, npm = npm_registry()
+    tmp = tempfile.mkdtemp(prefix="nbrun-net-batch-")
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                                                           "display_name": "Python 3"}},
+          "cells": [{"cell_type": "code", "id": "a", "metadata": {}, "execution_count": None, "outputs": [],
+                     "source": fetch_code({"https": npm + "/is-number", "other": "https://example.com/"})}]}
+    for name in ("one", "two"):
+        with open(os.path.join(tmp, name + ".ipynb"), "w") as f:
+            json.dump(nb, f)
+    p = subprocess.run([NBRUN, "batch", "-j", "2", "-o", os.path.join(tmp, "out"), "--allow-net", npm_host + ":443",
+                        "--ca-certs", ca_bundle(), os.path.join(tmp, "one.ipynb"), os.path.join(tmp, "two.ipynb")],
+                       capture_output=True, text=True, timeout=600)
+    check(p.returncode == 0, "batch: exit %d %s" % (p.returncode, p.stderr[-500:]))
+    for name in ("one", "two"):
+        with open(os.path.join(tmp, "out", name, "result.json")) as f:
+            doc = json.load(f)
+        got = fetched(doc)
+        check(got["https"][0] == 200 and got["other"][0] == 0 and doc["network"]["denied"] == ["example.com"],
+              "batch %s: %r %r" % (name, got, doc.get("network")))
+    check(not relays() and not proxy_running(), "the batch left relays %r or the proxy" % relays())
+    script = fetch_code({"https": npm + "/is-number"}).replace("\n\n", "\n") + "\n"
+    p = subprocess.run([NBRUN, "session", "-o", os.path.join(tmp, "sess"), "--allow-net", npm_host + ":443",
+                        "--ca-certs", ca_bundle()], input=script, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and '"https": [200' in p.stdout, "session: %d %r %r" % (p.returncode, p.stdout[-500:],
+                                                                                    p.stderr[-500:]))
+    check(not relays() and not proxy_running(), "the session left relays %r or the proxy" % relays())
+    return "batch (2 notebooks in parallel) and session fetched the allowed host, refused another, and left nothing"
+
+
 def case_mcp():
     """MCP at /mcp: allow_net offered only under a ceiling, checked against it."""
     from session_cases import mcp_call, mcp_tool
