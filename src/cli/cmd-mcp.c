@@ -173,13 +173,8 @@ int cmd_mcp(int argc, char **argv)
 	}
 	if (cli_run_args_finish(&args, "mcp"))
 		goto out;
-	s->opts = args.opts;
-	s->opts.files = NULL;
-	s->opts.file_count = 0;
 	/* --allow-net is the ceiling of what requests may allow, not a run's own. */
-	s->opts.allow_net = NULL;
-	s->opts.allow_net_count = 0;
-	if (serve_net_ceiling(s, args.allow_net, args.nallow_net, "mcp") < 0)
+	if (serve_run_options(s, &args.opts, "mcp") < 0)
 		goto out;
 	ret = CLI_EXIT_FAILED;
 	if (print_tools) {

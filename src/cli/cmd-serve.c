@@ -280,13 +280,8 @@ int cmd_serve(int argc, char **argv)
 		goto out;
 	if (s->session_idle_ms > s->session_life_ms)
 		s->session_idle_ms = s->session_life_ms;
-	s->opts = args.opts;
-	s->opts.files = NULL;
-	s->opts.file_count = 0;
 	/* --allow-net is the ceiling of what requests may allow, not a run's own. */
-	s->opts.allow_net = NULL;
-	s->opts.allow_net_count = 0;
-	if (serve_net_ceiling(s, args.allow_net, args.nallow_net, "serve") < 0)
+	if (serve_run_options(s, &args.opts, "serve") < 0)
 		goto out;
 	if (token_file && serve_read_token(s, token_file) < 0)
 		goto out;

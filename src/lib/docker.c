@@ -712,3 +712,20 @@ fail:
 	docker_conn_close(&dc->conn);
 	return rc;
 }
+
+void nbrun__docker_stdout(struct buf *out, const struct buf *raw)
+{
+	size_t off = 0;
+
+	while (raw->data && off + 8 <= raw->len) {
+		const unsigned char *h = (const unsigned char *)raw->data + off;
+		size_t len = (size_t)h[4] << 24 | (size_t)h[5] << 16 | (size_t)h[6] << 8 | h[7];
+
+		off += 8;
+		if (len > raw->len - off)
+			len = raw->len - off;
+		if (h[0] == 1)
+			buf_append(out, raw->data + off, len);
+		off += len;
+	}
+}

@@ -360,24 +360,6 @@ out:
 	return rc;
 }
 
-/* The lines of a container's standard output (frames of 8-byte headers). */
-static void egress_stdout(struct buf *out, const struct buf *raw)
-{
-	size_t off = 0;
-
-	while (raw->data && off + 8 <= raw->len) {
-		const unsigned char *h = (const unsigned char *)raw->data + off;
-		size_t len = (size_t)h[4] << 24 | (size_t)h[5] << 16 | (size_t)h[6] << 8 | h[7];
-
-		off += 8;
-		if (len > raw->len - off)
-			len = raw->len - off;
-		if (h[0] == 1)
-			buf_append(out, raw->data + off, len);
-		off += len;
-	}
-}
-
 /* One logged connection as the report has it, or NULL when the line is not one. */
 static json_t *egress_entry(json_t *line)
 {
@@ -429,7 +411,7 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 		snprintf(path, sizeof(path), "/containers/%s/logs?stdout=1&stderr=0", e->relay);
 		status = nbrun__docker_request(d, "GET", path, NULL, NULL, 0, &raw, EGRESS_TIMEOUT_MS);
 		if (status == 200)
-			egress_stdout(&text, &raw);
+			nbrun__docker_stdout(&text, &raw);
 	}
 	for (size_t off = 0; text.data && off < text.len;) {
 		char *nl = memchr(text.data + off, '\n', text.len - off);

@@ -274,6 +274,9 @@ int nbrun__docker_request(struct nbrun__docker *d, const char *method, const cha
 /* Same with a JSON body and JSON reply (*reply_json may be NULL on empty body). */
 int nbrun__docker_json(struct nbrun__docker *d, const char *method, const char *path,
 		       const json_t *body, json_t **reply_json, long timeout_ms);
+/* The standard output in raw, a stream of the engine's 8-byte-header frames
+ * (logs, exec, attach without a TTY), appended to out as far as it holds. */
+void nbrun__docker_stdout(struct buf *out, const struct buf *raw);
 /* GET path (an archive) into fd, at most max_bytes. 0 or <0. */
 int nbrun__docker_download(struct nbrun__docker *d, const char *path, int fd, uint64_t max_bytes,
 			   long timeout_ms);

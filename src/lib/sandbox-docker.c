@@ -464,22 +464,14 @@ static int dsb_create(struct nbrun__sandbox *sb, const struct nbrun__sandbox_spe
 #define DSB_EXEC_TIMEOUT_MS 120000L
 
 /* The stdout of an exec's stream (8-byte frame headers), at most max - 1 bytes. */
+/* The stdout of an exec's stream, at most max - 1 bytes and a NUL. */
 static void dsb_stream_stdout(char *out, size_t max, const struct buf *raw)
 {
-	size_t off = 0, n = 0;
+	struct buf text = BUF_INIT(max - 1);
 
-	while (raw->data && off + 8 <= raw->len) {
-		const unsigned char *h = (const unsigned char *)raw->data + off;
-		size_t len = (size_t)h[4] << 24 | (size_t)h[5] << 16 | (size_t)h[6] << 8 | h[7];
-
-		off += 8;
-		if (len > raw->len - off)
-			len = raw->len - off;
-		for (size_t i = 0; h[0] == 1 && i < len && n + 1 < max; i++)
-			out[n++] = raw->data[off + i];
-		off += len;
-	}
-	out[n] = '\0';
+	nbrun__docker_stdout(&text, raw);
+	snprintf(out, max, "%.*s", (int)text.len, text.data ? text.data : "");
+	buf_free(&text);
 }
 
 static int dsb_state(struct nbrun__sandbox *sb, struct nbrun__sandbox_state *out);

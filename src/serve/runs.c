@@ -267,6 +267,17 @@ static int serve_parse_allow_net(struct serve_request *req, struct serve_reply *
 	return 0;
 }
 
+void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req)
+{
+	opts->allow_net = (const char *const *)req->allow_net;
+	opts->allow_net_count = req->allow_net_count;
+	if (!req->allow_net_count) {
+		/* The server's CA bundle and byte cap are for requests that allow hosts. */
+		opts->ca_certs = NULL;
+		opts->net_bytes = 0;
+	}
+}
+
 int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 		       const struct serve_run_args *a, const char *tmp_root)
 {
@@ -465,13 +476,7 @@ void serve_run(struct serve_reply *reply, struct serve *s, struct serve_request 
 	opts.on_event = req->on_event;
 	opts.event_payload = req->event_payload;
 	opts.language = req->language;
-	opts.allow_net = (const char *const *)req->allow_net;
-	opts.allow_net_count = req->allow_net_count;
-	if (!req->allow_net_count) {
-		/* The server's CA bundle and byte cap are for runs that allow hosts. */
-		opts.ca_certs = NULL;
-		opts.net_bytes = 0;
-	}
+	serve_request_net(&opts, req);
 	if (req->timeout_ms) {
 		opts.timeout_ms = req->timeout_ms;
 		if (opts.cell_timeout_ms > opts.timeout_ms)

@@ -244,10 +244,12 @@ struct serve_reply {
 
 /* server.c */
 /*
- * The hosts requests may allow (--allow-net of serve and mcp), from n
- * rules: 0, or -1 after a usage error of prog.
+ * The run options of s from the command line's o: its limits and defaults,
+ * with no files (each request sends its own); o's hosts to allow become
+ * the ceiling of what requests may allow. 0, or -1 after a usage error of
+ * prog.
  */
-int serve_net_ceiling(struct serve *s, const char *const *rules, size_t n, const char *prog);
+int serve_run_options(struct serve *s, const struct nbrun_run_options *o, const char *prog);
 /*
  * A server with nbrun serve's defaults (the library's run options, twice as
  * many runs at once as there are cores, the default limits), stopping when
@@ -380,6 +382,8 @@ int serve_make_token(struct serve *s);
  */
 int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 		       const struct serve_run_args *a, const char *tmp_root);
+/* The network options of a run or session of req (its hosts; the server's CA and cap only with them). */
+void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req);
 /* Parse and check a POST /v1/runs body (serve_request_init). */
 int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 			const char *body, size_t len, const char *tmp_root);

@@ -246,10 +246,17 @@ struct serve *serve_new(volatile sig_atomic_t *stopping)
 	return s;
 }
 
-int serve_net_ceiling(struct serve *s, const char *const *rules, size_t n, const char *prog)
+int serve_run_options(struct serve *s, const struct nbrun_run_options *o, const char *prog)
 {
+	const char *const *rules = o->allow_net;
+	size_t n = o->allow_net_count;
 	char why[256];
 
+	s->opts = *o;
+	s->opts.files = NULL;
+	s->opts.file_count = 0;
+	s->opts.allow_net = NULL;
+	s->opts.allow_net_count = 0;
 	free(s->net_ceiling);
 	s->net_ceiling = NULL;
 	s->n_net_ceiling = 0;

@@ -141,13 +141,7 @@ struct serve_session *serve_session_open(struct serve *s, struct serve_reply *er
 	opts.cancel = cancel ? cancel : s->stopping;
 	opts.on_event = NULL;
 	opts.language = req->language;
-	opts.allow_net = (const char *const *)req->allow_net;
-	opts.allow_net_count = req->allow_net_count;
-	if (!req->allow_net_count) {
-		/* The server's CA bundle and byte cap are for sessions that allow hosts. */
-		opts.ca_certs = NULL;
-		opts.net_bytes = 0;
-	}
+	serve_request_net(&opts, req);
 	if (nbrun_ctx_new(&ctx) < 0)
 		rc = NBRUN_ENOMEM;
 	else
