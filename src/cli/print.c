@@ -191,6 +191,10 @@ static void print_network(FILE *fp, const json_t *net, bool color)
 		}
 		fputc('\n', fp);
 	}
+	if (json_integer_value(json_object_get(net, "proxy_unreachable")) > 0)
+		fprintf(fp, "  the egress proxy was down: %" JSON_INTEGER_FORMAT
+			" connection(s) failed (the next run starts it anew)\n",
+			json_integer_value(json_object_get(net, "proxy_unreachable")));
 	if (json_is_true(json_object_get(net, "capped")))
 		fprintf(fp, "  cut at the byte cap (--net-bytes %" JSON_INTEGER_FORMAT ")\n",
 			json_integer_value(json_object_get(net, "bytes_cap")));

@@ -397,7 +397,7 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 {
 	struct buf raw = BUF_INIT(EGRESS_LOGS_MAX), text = BUF_INIT(EGRESS_LOGS_MAX);
 	json_t *requests = json_array(), *denied = json_array();
-	json_int_t sent = 0, received = 0, more = 0;
+	json_int_t sent = 0, received = 0, more = 0, unreachable = 0;
 	bool capped = false;
 	char path[160];
 	struct timespec ts = { 0, EGRESS_DUMP_WAIT_MS * 1000000L };
@@ -427,7 +427,10 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 			continue;
 		sent += json_integer_value(json_object_get(entry, "sent"));
 		received += json_integer_value(json_object_get(entry, "received"));
-		if (!json_is_true(json_object_get(entry, "allowed")) &&
+		if (!strcmp(json_string_value(json_object_get(entry, "error")) ?: "", "PROXY_UNREACHABLE"))
+			unreachable++;
+		/* Refused by the policy (ERR_ACCESS_DENIED), not merely failed. */
+		else if (!strcmp(json_string_value(json_object_get(entry, "error")) ?: "", "ERR_ACCESS_DENIED") &&
 		    json_is_string(json_object_get(entry, "host")) && json_array_size(denied) < 100) {
 			bool seen = false;
 			size_t i;
@@ -451,8 +454,8 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 		json_decref(denied);
 		return NULL;
 	}
-	return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:b}", "requests", requests,
-			 "denied", denied, "requests_not_listed", more, "bytes_sent", sent,
+	return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:b}", "requests", requests, "denied",
+			 denied, "proxy_unreachable", unreachable, "requests_not_listed", more, "bytes_sent", sent,
 			 "bytes_received", received, "bytes_cap", (json_int_t)cap, "capped", capped);
 }
 

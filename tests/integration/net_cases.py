@@ -61,6 +61,20 @@ def ca_bundle():
     fail("no CA bundle on the host")
 
 
+def engine_post(path):
+    """POST to the engine over its unix socket; the status."""
+    import http.client
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect("/var/run/docker.sock")
+
+    c = Conn("localhost")
+    c.request("POST", path)
+    return c.getresponse().status
+
+
 def relays():
     return leftovers(label="nbrun.egress=relay")
 
@@ -317,6 +331,39 @@ def case_batch_session():
                                                                                     p.stderr[-500:]))
     check(not relays() and not proxy_running(), "the session left relays %r or the proxy" % relays())
     return "batch (2 notebooks in parallel) and session fetched the allowed host, refused another, and left nothing"
+
+
+def case_proxy_dies():
+    """The proxy killed under a run: its later fetch fails and the result says why;
+    the next run makes the proxy anew."""
+    npm_host, npm = npm_registry()
+    code = fetch_code({"before": npm + "/is-number"}).replace("print(json.dumps(out))", "")
+    code += "import time\ntime.sleep(10)\nget('after', %r)\nprint(json.dumps(out))\n" % (npm + "/is-number")
+
+    def killer():
+        deadline = time.time() + 120
+        while not proxy_running() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(6)
+        engine_post("/containers/nbrun-egress-proxy/kill")
+
+    t = threading.Thread(target=killer)
+    t.start()
+    p = subprocess.run([NBRUN, "run", "--json", "-o", "/tmp/nbrun-net-dies-%d" % os.getpid(), "--allow-net",
+                        npm_host + ":443", "--ca-certs", ca_bundle(), "-c", code],
+                       capture_output=True, text=True, timeout=300)
+    t.join()
+    doc = json.loads(p.stdout)
+    got = fetched(doc)
+    check(got["before"][0] == 200 and got["after"][0] == 0, "before and after the kill: %r" % got)
+    check(doc["network"]["proxy_unreachable"] >= 1 and not doc["network"]["denied"],
+          "the result says the proxy was down, not that the host was refused: %r" % doc["network"])
+    rc, doc, out, err = run(["--allow-net", npm_host + ":443", "--ca-certs", ca_bundle(), "-c",
+                             fetch_code({"https": npm + "/is-number"})], timeout=300)
+    check(rc == 0 and fetched(doc)["https"][0] == 200 and doc["network"]["proxy_unreachable"] == 0,
+          "the next run: %r" % (doc and doc.get("network")))
+    check(not relays() and not proxy_running(), "left: %r" % relays())
+    return "a proxy killed mid-run: the later fetch failed and the result counted the proxy down; the next run made it anew"
 
 
 def case_mcp():
