@@ -393,10 +393,39 @@ static json_t *egress_entry(json_t *line)
 	return e;
 }
 
+/* One connection into the report's lists and sums (entry taken over). */
+static void egress_count(json_t *entry, json_t *requests, json_t *denied, json_int_t *sent,
+			 json_int_t *received, json_int_t *unreachable, json_int_t *more)
+{
+	const char *error = json_string_value(json_object_get(entry, "error")) ?: "";
+
+	*sent += json_integer_value(json_object_get(entry, "sent"));
+	*received += json_integer_value(json_object_get(entry, "received"));
+	if (!strcmp(error, "PROXY_UNREACHABLE")) {
+		(*unreachable)++;
+	} else if (!strcmp(error, "ERR_ACCESS_DENIED") && json_is_string(json_object_get(entry, "host")) &&
+		   json_array_size(denied) < 100) {
+		/* Refused by the policy, not merely failed. */
+		bool seen = false;
+		size_t i;
+		json_t *h;
+		json_array_foreach(denied, i, h)
+			seen |= json_equal(h, json_object_get(entry, "host"));
+		if (!seen)
+			json_array_append(denied, json_object_get(entry, "host"));
+	}
+	if (json_array_size(requests) < EGRESS_REPORT_MAX) {
+		json_array_append_new(requests, entry);
+	} else {
+		json_decref(entry);
+		(*more)++;
+	}
+}
+
 json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, uint64_t cap)
 {
 	struct buf raw = BUF_INIT(EGRESS_LOGS_MAX), text = BUF_INIT(EGRESS_LOGS_MAX);
-	json_t *requests = json_array(), *denied = json_array();
+	json_t *requests = json_array(), *denied = json_array(), *open = json_array(), *dump = json_array();
 	json_int_t sent = 0, received = 0, more = 0, unreachable = 0;
 	bool capped = false;
 	char path[160];
@@ -413,6 +442,9 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 		if (status == 200)
 			nbrun__docker_stdout(&text, &raw);
 	}
+	/* Each report's SIGUSR1 (a session's every execute) adds the connections
+	 * open then, and {"end": true}: only the last such dump counts, with
+	 * every connection that closed. */
 	for (size_t off = 0; text.data && off < text.len;) {
 		char *nl = memchr(text.data + off, '\n', text.len - off);
 		size_t len = nl ? (size_t)(nl - (text.data + off)) : text.len - off;
@@ -421,32 +453,30 @@ json_t *nbrun__egress_report(struct nbrun__egress *e, struct nbrun__docker *d, u
 		off += len + 1;
 		if (json_is_integer(json_object_get(line, "cap")))
 			capped = true;
+		if (json_is_true(json_object_get(line, "end"))) {
+			/* a dump complete: it replaces the one before */
+			json_decref(open);
+			open = dump;
+			dump = json_array();
+		}
 		entry = egress_entry(line);
 		json_decref(line);
 		if (!entry)
 			continue;
-		sent += json_integer_value(json_object_get(entry, "sent"));
-		received += json_integer_value(json_object_get(entry, "received"));
-		if (!strcmp(json_string_value(json_object_get(entry, "error")) ?: "", "PROXY_UNREACHABLE"))
-			unreachable++;
-		/* Refused by the policy (ERR_ACCESS_DENIED), not merely failed. */
-		else if (!strcmp(json_string_value(json_object_get(entry, "error")) ?: "", "ERR_ACCESS_DENIED") &&
-		    json_is_string(json_object_get(entry, "host")) && json_array_size(denied) < 100) {
-			bool seen = false;
-			size_t i;
-			json_t *h;
-			json_array_foreach(denied, i, h)
-				seen |= json_equal(h, json_object_get(entry, "host"));
-			if (!seen)
-				json_array_append(denied, json_object_get(entry, "host"));
+		if (json_is_true(json_object_get(entry, "open"))) {
+			json_array_append_new(dump, entry);
+			continue;
 		}
-		if (json_array_size(requests) < EGRESS_REPORT_MAX)
-			json_array_append_new(requests, entry);
-		else {
-			json_decref(entry);
-			more++;
-		}
+		egress_count(entry, requests, denied, &sent, &received, &unreachable, &more);
 	}
+	{
+		size_t i;
+		json_t *entry;
+		json_array_foreach(open, i, entry)
+			egress_count(json_incref(entry), requests, denied, &sent, &received, &unreachable, &more);
+	}
+	json_decref(open);
+	json_decref(dump);
 	buf_free(&raw);
 	buf_free(&text);
 	if (!requests || !denied) {

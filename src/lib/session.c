@@ -49,6 +49,7 @@ struct nbrun_session {
 	pthread_mutex_t mu;         /* guards running and interrupt */
 	bool running;
 	volatile sig_atomic_t interrupt;
+	json_t *allow;              /* its hosts to allow, as given (NULL: none) */
 };
 
 NBRUN_EXPORT const char *nbrun_session_id(const struct nbrun_session *s)
@@ -428,6 +429,14 @@ static void session_finish_result(struct nbrun_session *s, struct nbrun_result *
 	nbrun__result_set_node(res);
 	json_object_set_new(doc, "session", json_pack("{s:s, s:I}", "id", s->id, "execution",
 						      (json_int_t)s->execs));
+	/* With hosts to allow: every connection since the session opened. */
+	if (s->allow && s->sb && s->sb->ops->net_report) {
+		json_t *net = s->sb->ops->net_report(s->sb);
+		if (net && json_object_set(net, "allow", s->allow) == 0)
+			json_object_set_new(doc, "network", net);
+		else
+			json_decref(net);
+	}
 	if (fstatat(dfd, "notebook.ipynb", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    asprintf(&nb_path, "%s/notebook.ipynb", dir) >= 0) {
 		json_object_set_new(doc, "notebook", json_string(nb_path));
@@ -725,6 +734,22 @@ NBRUN_EXPORT int nbrun_session_open(struct nbrun_session **out, struct nbrun_ctx
 	s->run.out_dir = NULL;
 	s->run.pool = NULL;
 	s->run.language = NULL;
+	s->run.allow_net = NULL;
+	s->run.allow_net_count = 0;
+	s->run.ca_certs = NULL;
+	{
+		const char *const *rules;
+		size_t n = nbrun__run_allow_net(opts, &rules);
+		if (n && !(s->allow = json_array()))
+			rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		for (size_t i = 0; rc == 0 && i < n; i++)
+			if (json_array_append_new(s->allow, json_string(rules[i])) < 0)
+				rc = nbrun__err(ctx, NBRUN_ENOMEM, "out of memory");
+		if (rc < 0) {
+			nbrun_session_close(s);
+			return rc;
+		}
+	}
 	rc = session_start(s, ctx, opts, opts->version >= 2 ? opts->pool : NULL);
 	if (rc == 0) {
 		/* From now on the session's own context, in whichever thread calls. */
@@ -754,6 +779,7 @@ NBRUN_EXPORT void nbrun_session_close(struct nbrun_session *s)
 	for (size_t i = 0; i < s->n_dirs; i++)
 		free(s->dirs[i]);
 	free(s->dirs);
+	json_decref(s->allow);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -269,9 +269,14 @@ def case_serve_ceiling():
         st, doc = srv.json("/v1/sessions", {"allow_net": [npm_host + ":443"]})
         check(st == 201, "session: %d %r" % (st, doc))
         sid = doc["id"]
-        for _ in range(2):
+        for k in range(2):
             st, res = srv.json("/v1/sessions/%s/execute" % sid, {"code": fetch_code({"https": npm + "/is-number"})})
             check(st == 200 and fetched(res)["https"][0] == 200, "session fetch: %d %r" % (st, res))
+            # every connection since the session opened, each counted once
+            net = res.get("network") or {}
+            ok_conns = [r for r in net.get("requests", []) if r["host"] == npm_host and r["allowed"]]
+            check(net.get("allow") == [npm_host + ":443"] and len(ok_conns) == k + 1,
+                  "session network after %d executes: %r" % (k + 1, net))
         st, doc = srv.json("/v1/sessions", {"allow_net": ["example.com"]})
         check(st == 400 and doc.get("kind") == "policy", "session beyond: %d %r" % (st, doc))
         srv.json("/v1/sessions/" + sid, method="DELETE")
