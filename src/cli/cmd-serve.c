@@ -80,6 +80,9 @@ static void serve_help(void)
 	       "                        /64; on a unix socket, one user id) in a minute before\n"
 	       "                        it gets 429 with Retry-After until the minute ends, even\n"
 	       "                        with the right token (default %d)\n"
+	       "  --allow-origin ORIGIN a browser page of this origin (scheme://host[:port]) may\n"
+	       "                        call /mcp (repeatable); a request with another Origin\n"
+	       "                        gets 403, one with none is served\n"
 	       "Cluster (a session lives on one node; its id names the node, NODE~ID, and a\n"
 	       "call for another node's session is forwarded to that node):\n"
 	       "  --node NAME           this server's node name (default: the host name;\n"
@@ -114,11 +117,12 @@ int cmd_serve(int argc, char **argv)
 		OPT_SESSION_LIFE, OPT_CONN_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_AUTH_FAILURES,
 	};
 	/* The cluster's options. */
-	enum { OPT_NODE = CLI_OPT_FIRST_LOCAL + 64, OPT_PEER, OPT_PEERS_DNS };
+	enum { OPT_NODE = CLI_OPT_FIRST_LOCAL + 64, OPT_PEER, OPT_PEERS_DNS, OPT_ALLOW_ORIGIN };
 	static const struct option longopts[] = {
 		{ "node", required_argument, NULL, OPT_NODE },
 		{ "peer", required_argument, NULL, OPT_PEER },
 		{ "peers-dns", required_argument, NULL, OPT_PEERS_DNS },
+		{ "allow-origin", required_argument, NULL, OPT_ALLOW_ORIGIN },
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "socket", required_argument, NULL, OPT_SOCKET },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
@@ -245,6 +249,10 @@ int cmd_serve(int argc, char **argv)
 			break;
 		case OPT_PEER:
 			if (serve_peer_add(s, optarg) < 0)
+				goto out;
+			break;
+		case OPT_ALLOW_ORIGIN:
+			if (serve_allow_origin(s, optarg, "serve") < 0)
 				goto out;
 			break;
 		case OPT_PEERS_DNS:

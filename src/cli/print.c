@@ -329,8 +329,10 @@ void cli_stream_event(const char *json, size_t len, void *payload)
 	if (!strcmp(type, "stream")) {
 		FILE *fp = !strcmp(json_string_value(json_object_get(out, "name")) ?: "", "stderr") ? stderr : stdout;
 		text = json_string_value(json_object_get(out, "text"));
+		/* As it comes, but never a control sequence for the terminal: the
+		 * code's output may set the title, the clipboard (OSC 52), clear... */
 		if (text)
-			fputs(text, fp);
+			put_safe(fp, text, true);
 		fflush(fp);
 	}
 	/* Values, images and errors are printed from the result once the cell ends. */

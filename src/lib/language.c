@@ -225,7 +225,18 @@ static int js_literal(struct buf *b, const json_t *v, int depth)
 	text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (!text)
 		return -ENOMEM;
-	rc = buf_puts(b, text);
+	/* JSON keeps U+2028 and U+2029 raw; a JavaScript before ES2019 and
+	 * TypeScript's scanner end a string literal at them (line terminators
+	 * of their grammar): written escaped. */
+	for (const char *p = text; rc == 0 && *p; p++) {
+		if ((unsigned char)p[0] == 0xe2 && (unsigned char)p[1] == 0x80 &&
+		    ((unsigned char)p[2] == 0xa8 || (unsigned char)p[2] == 0xa9)) {
+			rc = buf_puts(b, (unsigned char)p[2] == 0xa8 ? "\\u2028" : "\\u2029");
+			p += 2;
+		} else {
+			rc = buf_append(b, p, 1);
+		}
+	}
 	free(text);
 	return rc;
 }

@@ -305,7 +305,7 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 	spec = json_pack(
 		"{s:s, s:[s], s:o, s:s, s:s, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:b,"
 		" s:{s:s, s:[s], s:[s,s,s], s:[s,s], s:I, s:I, s:I, s:I, s:b, s:b, s:{s:s},"
-		"    s:{s:s}, s:[{s:s, s:s, s:s}], s:b, s:[{s:s, s:I, s:I}], s:s}}",
+		"    s:{s:s}, s:[{s:s, s:s, s:s}], s:b, s:[{s:s, s:I, s:I}, {s:s, s:I, s:I}], s:s}}",
 		"Image", sb->image, "Cmd", "/opt/nbrun/nbrun-agent", "Env", env, "User", "0:0",
 		"WorkingDir", "/mnt/data", "Labels", dsb_labels(sb), "NetworkDisabled", !o->network,
 		"AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
@@ -318,7 +318,10 @@ static json_t *dsb_container_spec(struct nbrun__sandbox *sb, const struct nbrun_
 		 * engine need not copy it into a log too. */
 		"LogConfig", "Type", "none", "Mounts", "Type", "volume", "Source", b->vol_data,
 		"Target", "/mnt/data", "AutoRemove", 0, "Ulimits", "Name", "nofile", "Soft",
-		(json_int_t)4096, "Hard", (json_int_t)4096, "IpcMode", "private");
+		(json_int_t)4096, "Hard", (json_int_t)4096,
+		/* No core dumps: a hard 0 the code cannot raise (a kernel's core
+		 * would otherwise land in /mnt/data and be exported). */
+		"Name", "core", "Soft", (json_int_t)0, "Hard", (json_int_t)0, "IpcMode", "private");
 	free(seccomp);
 	if (spec && o->egress_policy &&
 	    json_array_append_new(json_object_get(json_object_get(spec, "HostConfig"), "Mounts"),

@@ -24,6 +24,7 @@ static const struct {
 	[SERVE_E_POLICY] = { 400, "policy", MCP_INVALID_PARAMS },
 	[SERVE_E_AUTH] = { 401, "auth", MCP_INVALID_REQUEST },
 	[SERVE_E_NOT_FOUND] = { 404, "not_found", MCP_RESOURCE_NOT_FOUND },
+	[SERVE_E_ORIGIN] = { 403, "origin", MCP_INVALID_REQUEST },
 	[SERVE_E_METHOD] = { 405, "method", MCP_METHOD_NOT_FOUND },
 	[SERVE_E_CONFLICT] = { 409, "busy", MCP_INTERNAL_ERROR },
 	[SERVE_E_KERNEL_DEAD] = { 409, "kernel_dead", MCP_INTERNAL_ERROR },

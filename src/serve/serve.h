@@ -136,6 +136,10 @@ struct serve {
 	 * ceiling of every request's "allow_net"; none: no network for anyone. */
 	struct netrule *net_ceiling;
 	size_t n_net_ceiling;
+	/* The Origins a browser page may call /mcp from (--allow-origin); a
+	 * request with another Origin gets 403, one with none is served. */
+	char **allow_origins;
+	size_t n_allow_origins;
 	/* The nodes it forwards other nodes' sessions to (http/forward.c); NULL: none. */
 	struct serve_peers *peers;
 	/* Raised by SIGTERM/SIGINT (or the end of an MCP client's input): the
@@ -209,6 +213,7 @@ enum serve_kind {
 	SERVE_E_POLICY,           /* 400 policy: hosts to allow beyond the server's --allow-net */
 	SERVE_E_AUTH,             /* 401 auth: no token, or a wrong one */
 	SERVE_E_NOT_FOUND,        /* 404 not_found: no such run, session, output or file */
+	SERVE_E_ORIGIN,           /* 403 origin: an Origin not allowed on /mcp */
 	SERVE_E_METHOD,           /* 405 method */
 	SERVE_E_CONFLICT,         /* 409 busy: another request holds the session or key */
 	SERVE_E_KERNEL_DEAD,      /* 409 kernel_dead: the session's kernel died */
@@ -250,6 +255,11 @@ struct serve_reply {
  * prog.
  */
 int serve_run_options(struct serve *s, const struct nbrun_run_options *o, const char *prog);
+/*
+ * --allow-origin: an Origin (scheme://host[:port], no path) a browser page
+ * may call /mcp from. 0, or -1 after a usage error of prog.
+ */
+int serve_allow_origin(struct serve *s, const char *origin, const char *prog);
 /*
  * A server with nbrun serve's defaults (the library's run options, twice as
  * many runs at once as there are cores, the default limits), stopping when

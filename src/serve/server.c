@@ -246,6 +246,29 @@ struct serve *serve_new(volatile sig_atomic_t *stopping)
 	return s;
 }
 
+int serve_allow_origin(struct serve *s, const char *origin, const char *prog)
+{
+	const char *rest = strstr(origin, "://");
+	size_t n = strlen(origin);
+	char **more;
+
+	while (n && origin[n - 1] == '/')
+		n--;
+	if (!rest || rest == origin || !rest[3] || memchr(rest + 3, '/', n - (size_t)(rest + 3 - origin)) ||
+	    n > 255 || strcspn(origin, " \t\r\n,") < n)
+		return serve_usage_err(prog, "--allow-origin: '%.80s' is not an origin (scheme://host[:port])",
+				       origin), -1;
+	more = realloc(s->allow_origins, (s->n_allow_origins + 1) * sizeof(*more));
+	if (!more || !(more[s->n_allow_origins] = strndup(origin, n))) {
+		if (more)
+			s->allow_origins = more;
+		return serve_err("out of memory"), -1;
+	}
+	s->allow_origins = more;
+	s->n_allow_origins++;
+	return 0;
+}
+
 int serve_run_options(struct serve *s, const struct nbrun_run_options *o, const char *prog)
 {
 	const char *const *rules = o->allow_net;
@@ -277,6 +300,9 @@ void serve_free(struct serve *s)
 	if (!s)
 		return;
 	free(s->net_ceiling);
+	for (size_t i = 0; i < s->n_allow_origins; i++)
+		free(s->allow_origins[i]);
+	free(s->allow_origins);
 	/* Every session's sandbox is removed before the server exits. */
 	serve_sessions_stop(s);
 	serve_idem_free(s);

@@ -196,7 +196,8 @@ def http_cases():
     with open(os.path.join(state, "tokens"), "w") as f:
         f.write("t" * 40 + "\n" + "u" * 40 + "\n")  # two tenants
     p = subprocess.Popen([NBRUN, "serve", "--listen", "127.0.0.1:0", "--pool", "0",
-                          "--state-dir", state, "--token-file", os.path.join(state, "tokens")],
+                          "--state-dir", state, "--token-file", os.path.join(state, "tokens"),
+                          "--allow-origin", "https://app.example.org"],
                          stderr=subprocess.PIPE)
     port = None
     for line in p.stderr:
@@ -337,6 +338,17 @@ def http_cases():
         st, r, _ = post({"jsonrpc": "2.0", "id": 7, "method": "ping"},
                         {"Authorization": "Bearer wrong-token-wrong-token"})
         check(st == 401, "http: a wrong token is 401")
+        # DNS rebinding: a page of another origin, even with the right token, is 403
+        init = {"jsonrpc": "2.0", "id": 8, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "o", "version": "1"}}}
+        for origin in ("http://evil.example.com", "null", "https://app.example.org.evil.example",
+                       "http://app.example.org"):
+            st, r, _ = post(init, {"Origin": origin})
+            check(st == 403 and (r or {}).get("kind") == "origin", "http: Origin %s is 403 (%s %r)" % (origin, st, r))
+        st, r, sid2 = post(init, {"Origin": "https://App.Example.org/"})
+        check(st == 200 and sid2, "http: an --allow-origin Origin is served (%s)" % st)
+        st, r, sid3 = post(init)
+        check(st == 200 and sid3, "http: no Origin is served (%s)" % st)
     finally:
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=60)

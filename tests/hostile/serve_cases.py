@@ -258,6 +258,31 @@ def case_oversized():
         s.stop()
 
 
+def case_request_target():
+    """A %00 in the target, two Content-Length headers, a 200 KB query: 400, 400, 431, nothing run."""
+    s = Server()
+    try:
+        runs_before = len(os.listdir(os.path.join(s.state, "st", "runs")))
+        for path in ("/v1/runs/0123456789ab%00", "/v1/runs/0123456789ab/files/x.txt%00.png",
+                     "/v1/sessions/n~0123456789ab/files/a%00b", "/v1/health%00"):
+            st, _, body = s.jreq("GET", path)
+            check(json_error(st, body, 400) and "%00" in body["error"], "GET %s: 400 (%s %r)" % (path, st, body))
+        st, _, body = s.jreq("PUT", "/v1/sessions/n~0123456789ab/files/a%00b", body=b"x")
+        check(json_error(st, body, 400), "PUT a%%00b: 400 (%s)" % st)
+        # two different Content-Length headers: refused before anything runs
+        st, head, data = s.raw(("POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                                "Content-Length: 20\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+                                '{"code": "print(1)"}' % TOKEN_A).encode())
+        check(st == 400 and b"Content-Length" in data, "two Content-Length headers: 400 (%s %r)" % (st, data[:200]))
+        st, _, body = s.jreq("GET", "/v1/health?" + "q" * 200000, token=None)
+        check(json_error(st, body, 431), "a 200 KB query string: 431 (%s)" % st)
+        time.sleep(1)
+        check(len(os.listdir(os.path.join(s.state, "st", "runs"))) == runs_before, "a run was kept")
+        check(s.healthy(), "the server still answers")
+    finally:
+        s.stop()
+
+
 def chunked(path, token=TOKEN_A):
     return ("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n"
             "Transfer-Encoding: chunked\r\n\r\n" % (path, token)).encode()

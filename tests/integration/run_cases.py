@@ -498,6 +498,25 @@ def case_hardening():
     finish(doc, doc["out_dir"])
 
 
+def case_core_dumps():
+    """No core dump in any sandbox: RLIMIT_CORE is a hard 0, and a crash writes nothing to /mnt/data."""
+    code = ("import resource, subprocess, os\n"
+            "try:\n"
+            "    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+            "    print('raised')\n"
+            "except (ValueError, OSError):\n"
+            "    print('refused')\n"
+            "print(resource.getrlimit(resource.RLIMIT_CORE))\n"
+            "p = subprocess.run(['python3', '-c', 'import ctypes; ctypes.string_at(0)'], cwd='/mnt/data')\n"
+            "print(p.returncode, sorted(os.listdir('/mnt/data')))\n")
+    doc, out = run_ok(["-c", code])
+    lines = doc["stdout"].splitlines()
+    check(lines[0] == "refused" and lines[1] == "(0, 0)", "RLIMIT_CORE: %r" % lines)
+    check(lines[2] == "-11 []", "the crash left: %r" % lines[2])
+    check(not doc["files"], "exported: %r" % doc["files"])
+    finish(doc, out)
+
+
 def case_no_leftovers():
     left = leftovers()
     check(not left, "containers/volumes left behind: %r" % left)

@@ -402,6 +402,24 @@ def case_cli_session():
     return "a prompt over stdin: state kept, a block, an image saved, :files :get :save, an error then state still there; sandbox removed"
 
 
+def case_control_chars():
+    """What the code prints reaches a person's terminal without control sequences:
+    no title, clipboard (OSC 52) or screen clearing, live or at the end."""
+    tmp = tempfile.mkdtemp(prefix="nbrun-ctl-")
+    evil = r'print("a\x1b]0;PWNED\x07b\x1b]52;c;aGk=\x07c\x1b[2Jd\x9b31me")'
+    p = subprocess.run([NBRUN, "session", "-o", os.path.join(tmp, "out")], input=(evil + "\n1/0\n").encode(),
+                       capture_output=True, timeout=300)
+    for name, data in (("stdout", p.stdout), ("stderr", p.stderr)):
+        check(b"\x1b" not in data and b"\x07" not in data and b"\xc2\x9b" not in data,
+              "session %s holds a control sequence: %r" % (name, data[-300:]))
+    check(b"PWNED" in p.stdout, "the text itself is kept: %r" % p.stdout[-300:])
+    p = subprocess.run([NBRUN, "run", "--stream", "-o", os.path.join(tmp, "run"), "-c", evil],
+                       capture_output=True, timeout=300)
+    check(p.returncode == 0 and b"\x1b" not in p.stdout and b"\x07" not in p.stdout and b"PWNED" in p.stdout,
+          "run --stream: %r" % p.stdout[-300:])
+    return "nbrun session and run --stream print the code's escapes (title, OSC 52, clear, C1 CSI) as '?'"
+
+
 def case_cli_session_server():
     """The same prompt, its session kept by a server: the output is the local prompt's."""
     s = server()

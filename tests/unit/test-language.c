@@ -125,6 +125,12 @@ static void params_js(void **state)
 	free(src);
 	assert_null(inject("jslab", "{\"class\": 1}", &rc));
 	assert_int_equal(rc, NBRUN_EINVAL);
+	/* U+2028 and U+2029 end a TypeScript string literal: written escaped, in values and keys */
+	src = inject("tslab", "{\"s\": \"a\\u2028b\\u2029c\", \"o\": {\"k\\u2028\": 1}}", &rc);
+	assert_int_equal(rc, 0);
+	assert_string_equal(src, "// Parameters\nconst s = \"a\\u2028b\\u2029c\";\n"
+				 "const o = {\"k\\u2028\":1};\n");
+	free(src);
 }
 
 /* What JSON numbers cannot hold: inf, -inf and nan as the language names

@@ -290,6 +290,22 @@ static enum MHD_Result serve_send_error(struct MHD_Connection *c, enum serve_kin
  * already percent-decoded by libmicrohttpd; what it names is checked when
  * it is opened (serve_open_below).
  */
+static bool serve_origin_allowed(const struct serve *s, struct MHD_Connection *c)
+{
+	const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	size_t n;
+
+	if (!origin)
+		return true;
+	n = strlen(origin);
+	while (n && origin[n - 1] == '/')
+		n--;
+	for (size_t i = 0; i < s->n_allow_origins; i++)
+		if (strlen(s->allow_origins[i]) == n && !strncasecmp(s->allow_origins[i], origin, n))
+			return true;
+	return false;
+}
+
 static enum serve_route serve_route_of(const char *url, char *id, size_t idlen, const char **rest)
 {
 	const char *p;
@@ -398,6 +414,48 @@ static enum MHD_Result serve_finish_post(struct serve_http *h, struct MHD_Connec
 }
 
 /* A request whose body comes next: its state, counted as a post open until it is answered. */
+/*
+ * What the raw request target says before libmicrohttpd decodes it: a
+ * %00 would cut the decoded path short (a/%00b naming a), and the query
+ * string, which the decoded url leaves out, counts against the head's
+ * limit. The URI log callback's answer is the request's first con_cls:
+ * NULL for a good target, one of these markers for a bad one.
+ */
+static char serve_uri_nul, serve_uri_long;
+
+static void *serve_uri_check(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	(void)cls;
+	(void)c;
+	if (strlen(uri) > SERVE_HEADERS_MAX)
+		return &serve_uri_long;
+	for (const char *p = strchr(uri, '%'); p; p = strchr(p + 1, '%'))
+		if (p[1] == '0' && p[2] == '0')
+			return &serve_uri_nul;
+	return NULL;
+}
+
+/* Content-Length given twice with different values (request smuggling's building block). */
+struct serve_cl_count {
+	const char *first;
+	bool differ;
+};
+
+static enum MHD_Result serve_cl_each(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	struct serve_cl_count *n = cls;
+
+	(void)kind;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+		return MHD_YES;
+	if (!n->first)
+		n->first = value ? value : "";
+	else if (strcmp(n->first, value ? value : ""))
+		n->differ = true;
+	return MHD_YES;
+}
+
 static enum MHD_Result serve_conn_begin(struct serve_http *h, void **con_cls, int tenant,
 					size_t max, bool mcp, bool sessions)
 {
@@ -432,6 +490,21 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 	char *text;
 	int tenant;
 
+	if (*con_cls == &serve_uri_nul || *con_cls == &serve_uri_long) {
+		bool nul = *con_cls == &serve_uri_nul;
+		*con_cls = NULL;
+		return serve_send_error(c, nul ? SERVE_E_REQUEST : SERVE_E_HEADERS_TOO_LARGE,
+					nul ? "a %00 in the request target: no name holds a NUL byte"
+					    : "request line and headers larger than 32 KiB",
+					method, "-", NULL);
+	}
+	if (!sc) {
+		struct serve_cl_count n = { NULL, false };
+		MHD_get_connection_values(c, MHD_HEADER_KIND, serve_cl_each, &n);
+		if (n.differ)
+			return serve_send_error(c, SERVE_E_REQUEST, "two different Content-Length headers",
+						method, url, NULL);
+	}
 	route = serve_route_of(url, id, sizeof(id), &rest);
 	if (sc) {
 		/* The body of POST /v1/runs, in pieces, then one last call. */
@@ -481,6 +554,13 @@ static enum MHD_Result serve_handler(void *cls, struct MHD_Connection *c, const 
 		serve_api_health(&reply, h->s);
 		return serve_send(c, &reply, method, url, NULL);
 	}
+	/* A browser page of another origin must not drive /mcp with a token it
+	 * got hold of (DNS rebinding): 403 unless the request names no Origin,
+	 * or one --allow-origin lists. */
+	if (route == ROUTE_MCP && !serve_origin_allowed(h->s, c))
+		return serve_send_error(c, SERVE_E_ORIGIN,
+					"this Origin may not use /mcp (nbrun serve --allow-origin ORIGIN allows one)",
+					method, url, NULL);
 	{
 		unsigned int wait = serve_auth_blocked(h, c);
 		if (wait) {
@@ -565,8 +645,10 @@ static void serve_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	struct serve_http *h = cls;
 	struct serve_conn *sc = *con_cls;
 
-	if (!sc)
+	if (!sc || *con_cls == &serve_uri_nul || *con_cls == &serve_uri_long) {
+		*con_cls = NULL;
 		return;
+	}
 	buf_free(&sc->body);
 	free(sc);
 	*con_cls = NULL;
@@ -611,6 +693,7 @@ struct serve_http *serve_http_start(struct serve *s, int listen_fd)
 				     MHD_OPTION_CONNECTION_TIMEOUT, s->conn_timeout_s,
 				     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 				     MHD_OPTION_NOTIFY_COMPLETED, serve_completed, h,
+				     MHD_OPTION_URI_LOG_CALLBACK, serve_uri_check, h,
 				     MHD_OPTION_END);
 	if (!h->daemon) {
 		serve_err("cannot start the HTTP server (libmicrohttpd)");
