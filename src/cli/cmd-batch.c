@@ -219,8 +219,9 @@ static bool batch_retryable(CURLcode cc, long status, const json_t *doc)
 {
 	if (batch_interrupted)
 		return false;
+	/* a server that held the run past its timeout would hold the retry too */
 	if (cc != CURLE_OK)
-		return cc != CURLE_ABORTED_BY_CALLBACK;
+		return cc != CURLE_ABORTED_BY_CALLBACK && cc != CURLE_OPERATION_TIMEDOUT;
 	if (status == 502 || status == 503 || status == 504)
 		return true;
 	/* a stream answers busy (409 or 503 otherwise) as its last line, under 200 */
@@ -325,6 +326,7 @@ static json_t *batch_run_remote(struct batch *b, const char *text, size_t len, c
 			snprintf(err, errlen, "cannot use the server %s", a.server);
 			break;
 		}
+		remote_set_run_timeout(r, a.timeout_ms);
 		cc = remote_post_run_streamed(r, body, key, &doc, &status);
 		if (cc == CURLE_OK && status == 200 && json_object_get(doc, "status"))
 			break;

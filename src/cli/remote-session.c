@@ -362,6 +362,8 @@ int cli_remote_session_open(void **out, const struct cli_remote *a)
 	if (!ret)
 		ret = remote_open(&s->ri, a->server, a->token_file, NULL);
 	if (!ret)
+		remote_set_run_timeout(s->r, a->timeout_ms);
+	if (!ret)
 		body = remote_body(a, &ret);
 	if (ret)
 		goto fail;

@@ -41,6 +41,7 @@ struct remote {
 	char *base;      /* URL prefix, no trailing '/' */
 	char *sock;      /* unix socket path, or NULL */
 	char errbuf[CURL_ERROR_SIZE];
+	long run_deadline_ms; /* a run's or execute's request, all in; 0: none */
 };
 
 /* Complete lines of s->mem to s->on_line; the unfinished tail stays. */
@@ -267,7 +268,8 @@ static CURLcode remote_perform(struct remote *r, const char *method, const char 
 	curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST,
 			 strcmp(method, "GET") && strcmp(method, "POST") ? method : NULL);
 	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+	/* 0: a run's or an execute's request, which the run's timeout bounds */
+	curl_easy_setopt(r->curl, CURLOPT_TIMEOUT_MS, timeout_ms ? timeout_ms : r->run_deadline_ms);
 	curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, sink);
 	cc = curl_easy_perform(r->curl);
 	if (cc == CURLE_OK)
@@ -295,6 +297,11 @@ static CURLcode remote_request(struct remote *r, const char *path, const char *b
 {
 	return remote_call(r, body ? "POST" : "GET", path, body, body ? strlen(body) : 0, sink,
 			   timeout_ms, status);
+}
+
+void remote_set_run_timeout(struct remote *r, uint64_t timeout_ms)
+{
+	r->run_deadline_ms = timeout_ms ? (long)(timeout_ms + REMOTE_RUN_MARGIN_MS) : 0;
 }
 
 const char *remote_errmsg(const struct remote *r)
@@ -670,11 +677,16 @@ int cli_remote_run(const struct cli_remote *a)
 	body = remote_body(a, &ret);
 	if (!body)
 		goto out;
+	remote_set_run_timeout(r, a->timeout_ms);
 	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, NULL, &status);
 	if (cc != CURLE_OK) {
 		if (a->cancel && *a->cancel) {
 			cli_error("interrupted (the server finishes the run on its own)");
 			ret = CLI_EXIT_INTERRUPTED;
+		} else if (cc == CURLE_OPERATION_TIMEDOUT && a->timeout_ms) {
+			cli_error("the server at %s gave no whole result within the run's timeout and %d s "
+				  "more: given up", a->server, REMOTE_RUN_MARGIN_MS / 1000);
+			ret = CLI_EXIT_ENGINE;
 		} else {
 			cli_error("cannot reach the nbrun server at %s: %s", a->server, r->errbuf);
 			ret = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||

@@ -36,6 +36,14 @@ void remote_close(struct remote *r);
 /* One request (method GET, POST, PUT, DELETE); *status is 0 when no HTTP reply came. */
 CURLcode remote_call(struct remote *r, const char *method, const char *path, const char *body,
 		     size_t body_len, struct remote_sink *sink, long timeout_ms, long *status);
+/*
+ * With --timeout: a run's or an execute's request to r (a call whose
+ * timeout_ms is 0) is given up that long plus REMOTE_RUN_MARGIN_MS after it
+ * was sent, whatever the server does meanwhile (silence, a trickle, events
+ * without end). 0: no deadline (the server's own timeout is not known here).
+ */
+#define REMOTE_RUN_MARGIN_MS 30000
+void remote_set_run_timeout(struct remote *r, uint64_t timeout_ms);
 /* What the last failed request met. */
 const char *remote_errmsg(const struct remote *r);
 
