@@ -39,53 +39,6 @@ static void usage(FILE *fp)
 		    "130  interrupted (SIGINT); containers removed\n");
 }
 
-/*
- * One line on stderr, whatever the message holds: what a server, a
- * sandbox or a file said may be in it, and a control sequence must not
- * reach the terminal (cli_put_safe()).
- */
-static void cli_vmessage(const char *fmt, va_list ap)
-{
-	char *text = NULL;
-
-	if (vasprintf(&text, fmt, ap) < 0)
-		text = NULL;
-	cli_put_safe(stderr, text ? text : "(out of memory)", false);
-	free(text);
-}
-
-void cli_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("nbrun: error: ", stderr);
-	va_start(ap, fmt);
-	cli_vmessage(fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-int cli_usage_error(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("nbrun: error: ", stderr);
-	va_start(ap, fmt);
-	cli_vmessage(fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry 'nbrun %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
-	return CLI_EXIT_USAGE;
-}
-
-int cli_bad_option(const char *cmd, char **argv)
-{
-	const char *arg = optind > 0 ? argv[optind - 1] : "";
-
-	if (optopt && strchr(arg, optopt) && arg[0] == '-' && arg[1] != '-')
-		return cli_usage_error(cmd, "option '-%c' is unknown or needs a value", optopt);
-	return cli_usage_error(cmd, "option '%s' is unknown or needs a value", arg);
-}
-
 int main(int argc, char **argv)
 {
 	size_t i;

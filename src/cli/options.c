@@ -57,29 +57,6 @@ int cli_check_source(const char *text, size_t len, const char *name, const char 
 			       strcmp(name, "-") ? name : "standard input", line, (size_t)(nul - text));
 }
 
-int cli_exit_for_status(enum nbrun_status st)
-{
-	switch (st) {
-	case NBRUN_STATUS_OK: return CLI_EXIT_OK;
-	case NBRUN_STATUS_ERROR: return CLI_EXIT_RAISED;
-	case NBRUN_STATUS_TIMEOUT:
-	case NBRUN_STATUS_OOM: return CLI_EXIT_LIMIT;
-	case NBRUN_STATUS_FAILED: return CLI_EXIT_FAILED;
-	}
-	return CLI_EXIT_FAILED;
-}
-
-int cli_exit_for_error(int err)
-{
-	switch (err) {
-	case NBRUN_EINVAL: return CLI_EXIT_USAGE;
-	case NBRUN_EENGINE:
-	case NBRUN_ENOIMAGE: return CLI_EXIT_ENGINE;
-	case NBRUN_ECANCELLED: return CLI_EXIT_INTERRUPTED;
-	default: return CLI_EXIT_FAILED;
-	}
-}
-
 const char cli_run_options_help[] =
 	"Input:\n"
 	"  -f, --file PATH       upload a file or directory to /mnt/data/<name> (repeatable;\n"

@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* Human and JSON output of a result. */
+/*
+ * What nbrun prints: a result for a person or as JSON, live events, and
+ * its own messages (errors and usage errors, control characters shown
+ * as '?').
+ */
+#include <getopt.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -339,4 +346,53 @@ void cli_stream_event(const char *json, size_t len, void *payload)
 	/* An error is printed with its traceback once the execution ends. */
 out:
 	json_decref(ev);
+}
+
+/* ---- messages ---------------------------------------------------------------------- */
+
+/*
+ * One line on stderr, whatever the message holds: what a server, a
+ * sandbox or a file said may be in it, and a control sequence must not
+ * reach the terminal (cli_put_safe()).
+ */
+static void cli_vmessage(const char *fmt, va_list ap)
+{
+	char *text = NULL;
+
+	if (vasprintf(&text, fmt, ap) < 0)
+		text = NULL;
+	cli_put_safe(stderr, text ? text : "(out of memory)", false);
+	free(text);
+}
+
+void cli_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("nbrun: error: ", stderr);
+	va_start(ap, fmt);
+	cli_vmessage(fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("nbrun: error: ", stderr);
+	va_start(ap, fmt);
+	cli_vmessage(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'nbrun %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+	return CLI_EXIT_USAGE;
+}
+
+int cli_bad_option(const char *cmd, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+
+	if (optopt && strchr(arg, optopt) && arg[0] == '-' && arg[1] != '-')
+		return cli_usage_error(cmd, "option '-%c' is unknown or needs a value", optopt);
+	return cli_usage_error(cmd, "option '%s' is unknown or needs a value", arg);
 }

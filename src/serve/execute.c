@@ -37,6 +37,17 @@ const double *serve_buckets(void)
 	return serve_bucket_le;
 }
 
+void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req)
+{
+	opts->allow_net = (const char *const *)req->allow_net;
+	opts->allow_net_count = req->allow_net_count;
+	if (!req->allow_net_count) {
+		/* The server's CA bundle and byte cap are for requests that allow hosts. */
+		opts->ca_certs = NULL;
+		opts->net_bytes = 0;
+	}
+}
+
 int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
 		  const struct serve_request *req, const struct nbrun_run_options *opts)
 {

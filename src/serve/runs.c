@@ -267,17 +267,6 @@ static int serve_parse_allow_net(struct serve_request *req, struct serve_reply *
 	return 0;
 }
 
-void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req)
-{
-	opts->allow_net = (const char *const *)req->allow_net;
-	opts->allow_net_count = req->allow_net_count;
-	if (!req->allow_net_count) {
-		/* The server's CA bundle and byte cap are for requests that allow hosts. */
-		opts->ca_certs = NULL;
-		opts->net_bytes = 0;
-	}
-}
-
 int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 		       const struct serve_run_args *a, const char *tmp_root)
 {

@@ -392,8 +392,6 @@ int serve_make_token(struct serve *s);
  */
 int serve_request_init(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 		       const struct serve_run_args *a, const char *tmp_root);
-/* The network options of a run or session of req (its hosts; the server's CA and cap only with them). */
-void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req);
 /* Parse and check a POST /v1/runs body (serve_request_init). */
 int serve_request_parse(struct serve_request *req, struct serve_reply *err, const struct serve *s,
 			const char *body, size_t len, const char *tmp_root);
@@ -415,6 +413,8 @@ void serve_api_get_result(struct serve_reply *reply, struct serve *s, const char
  */
 int serve_execute(struct nbrun_result **out, struct nbrun_ctx *ctx, struct serve *s,
 		  const struct serve_request *req, const struct nbrun_run_options *opts);
+/* The network options of a run or session of req (its hosts; the server's CA and cap only with them). */
+void serve_request_net(struct nbrun_run_options *opts, const struct serve_request *req);
 /* Upper bounds ("le") of the duration histogram's buckets, SERVE_BUCKETS of them. */
 const double *serve_buckets(void);
 
