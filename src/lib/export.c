@@ -16,6 +16,7 @@
 #include <archive_entry.h>
 
 #include "nbrun-private.h"
+#include "wire.h"
 #include "text.h"
 
 const char *nbrun__path_reject_reason(const char *path)
@@ -42,13 +43,9 @@ const char *nbrun__path_reject_reason(const char *path)
 		} else {
 			if (n > NBRUN_MAX_NAME_BYTES)
 				return "name too long";
-			/* C0, DEL and C1 (U+0080..U+009F, 0xC2 0x80..0x9F in UTF-8):
-			 * a terminal acts on every one of them */
-			for (size_t i = 0; i < n; i++)
-				if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f ||
-				    ((unsigned char)p[i] == 0xc2 && i + 1 < n &&
-				     (unsigned char)p[i + 1] >= 0x80 && (unsigned char)p[i + 1] <= 0x9f))
-					return "control character in name";
+			/* C0, DEL and C1: a terminal acts on every one of them (wire.h's rule) */
+			if (wire_name_controls(p, n))
+				return "control character in name";
 			if (++depth > NBRUN_MAX_PATH_DEPTH)
 				return "too deep";
 		}

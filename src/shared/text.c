@@ -269,7 +269,8 @@ enum {
 	ANSI_CSI,    /* after ESC [ */
 	ANSI_INTER,  /* after ESC and intermediate bytes */
 	ANSI_STR,    /* OSC, DCS, SOS, PM, APC body */
-	ANSI_STR_ESC /* ESC inside a string: maybe ST */
+	ANSI_STR_ESC, /* ESC inside a string: maybe ST */
+	ANSI_C2      /* after 0xC2, the lead byte of U+0080..U+00FF: maybe a C1 control */
 };
 
 /* Longest sequences honoured before giving up and treating the rest as text. */
@@ -298,7 +299,7 @@ void text_ansi_feed(struct text_ansi *st, const char *str, size_t n, struct text
 		switch (st->state) {
 		case ANSI_TEXT: {
 			size_t j = i;
-			while (j < n && ansi_plain(s[j]))
+			while (j < n && ansi_plain(s[j]) && s[j] != 0xc2)
 				j++;
 			if (j > i)
 				text_acc_add(out, str + i, j - i);
@@ -306,6 +307,8 @@ void text_ansi_feed(struct text_ansi *st, const char *str, size_t n, struct text
 				if (s[j] == 0x1b) {
 					st->state = ANSI_ESC;
 					st->seqlen = 0;
+				} else if (s[j] == 0xc2) {
+					st->state = ANSI_C2; /* decided by the next byte, in this piece or the next */
 				}
 				/* other controls are dropped */
 				j++;
@@ -313,6 +316,25 @@ void text_ansi_feed(struct text_ansi *st, const char *str, size_t n, struct text
 			i = j;
 			continue;
 		}
+		case ANSI_C2:
+			/* The C1 controls in UTF-8 (0xC2 0x80..0x9F) act as their 7-bit
+			 * ESC forms do: CSI, OSC, DCS, SOS, PM and APC begin sequences
+			 * that go with them; the others are dropped. */
+			st->seqlen = 0;
+			if (c == 0x9b) {
+				st->state = ANSI_CSI;
+			} else if (c == 0x9d || c == 0x90 || c == 0x98 || c == 0x9e || c == 0x9f) {
+				st->state = ANSI_STR;
+			} else if (c >= 0x80 && c <= 0x9f) {
+				st->state = ANSI_TEXT;
+			} else {
+				/* a character of U+00A0..U+00FF (or not UTF-8): the 0xC2 was text */
+				text_acc_add(out, "\xc2", 1);
+				st->state = ANSI_TEXT;
+				continue;
+			}
+			i++;
+			continue;
 		case ANSI_ESC:
 			if (c == '[') {
 				st->state = ANSI_CSI;

@@ -14,6 +14,7 @@
 #include <b64/cencode.h>
 
 #include "buf.h"
+#include "text.h"
 #include "wire.h"
 
 bool wire_run_id_valid(const char *id)
@@ -28,17 +29,24 @@ bool wire_run_id_valid(const char *id)
 	return true;
 }
 
+bool wire_name_controls(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f ||
+		    ((unsigned char)p[i] == 0xc2 && i + 1 < n && (unsigned char)p[i + 1] >= 0x80 &&
+		     (unsigned char)p[i + 1] <= 0x9f))
+			return true;
+	return false;
+}
+
 bool wire_name_safe(const char *name, size_t len)
 {
 	if (len == 0 || len > 255 || (len == 1 && name[0] == '.') ||
 	    (len == 2 && name[0] == '.' && name[1] == '.'))
 		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)name[i];
-		if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f)
-			return false;
-	}
-	return true;
+	if (memchr(name, '/', len) || memchr(name, '\\', len) || wire_name_controls(name, len))
+		return false;
+	return text_utf8_valid(name, len);
 }
 
 int wire_random_hex(char *out, size_t n)

@@ -25,8 +25,15 @@ bool wire_run_id_valid(const char *id);
 bool wire_session_id_valid(const char *id);
 /* A node name of len bytes (see WIRE_NODE_MAX). */
 bool wire_node_valid(const char *name, size_t len);
-/* A name for one path component: not empty, ".", "..", no '/', no control bytes, <= 255 bytes. */
+/*
+ * The one naming rule for a path component, wherever a name comes from (an
+ * upload, an export, a server's reply): not empty, ".", "..", no '/' or
+ * '\\', UTF-8, no C0, DEL or C1 control (a terminal acts on each),
+ * at most 255 bytes.
+ */
 bool wire_name_safe(const char *name, size_t len);
+/* True when p (n bytes) holds a C0, DEL or C1 control character. */
+bool wire_name_controls(const char *p, size_t n);
 /* n (at most 64) random bytes as 2n lowercase hex digits and a NUL in out:
  * a fresh id or token. 0, or -errno. */
 int wire_random_hex(char *out, size_t n);

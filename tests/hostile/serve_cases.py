@@ -274,6 +274,10 @@ def case_request_target():
                                 "Content-Length: 20\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
                                 '{"code": "print(1)"}' % TOKEN_A).encode())
         check(st == 400 and b"Content-Length" in data, "two Content-Length headers: 400 (%s %r)" % (st, data[:200]))
+        # an uploaded name with a C1 control (U+0085, U+009B): the export's rule, refused
+        for name in ("\u0085", "a\u009b31m"):
+            st, _, body = s.jreq("POST", "/v1/runs", {"code": "1", "files": [{"path": name, "content_base64": ""}]})
+            check(json_error(st, body, 400), "upload named %r: 400 (%s %r)" % (name, st, body))
         st, _, body = s.jreq("GET", "/v1/health?" + "q" * 200000, token=None)
         check(json_error(st, body, 431), "a 200 KB query string: 431 (%s)" % st)
         time.sleep(1)

@@ -77,6 +77,12 @@ static void test_strip_controls(void **state)
 	check_strip("\x1b", "");
 	check_strip("\x1b[", "");
 	check_strip("\xe2\x98\x83 snowman", "\xe2\x98\x83 snowman");
+	/* The C1 controls in UTF-8 act as their ESC forms: CSI, OSC (the
+	 * title), the others dropped; U+00A0..U+00FF stay. */
+	check_strip("a\xc2\x9b" "31mb", "ab");
+	check_strip("x\xc2\x9d" "0;title\x07y", "xy");
+	check_strip("n\xc2\x85l", "nl");
+	check_strip("nb\xc2\xa0sp caf\xc3\xa9 \xc2\xb0" "C", "nb\xc2\xa0sp caf\xc3\xa9 \xc2\xb0" "C");
 }
 
 static void test_strip_unterminated_osc_is_bounded(void **state)

@@ -63,6 +63,30 @@ static void base64_decode_skips(void **state)
 	free(s);
 }
 
+/* The one naming rule: uploads, exports and a server's replies alike. */
+static void name_rule(void **state)
+{
+	static const char *const ok[] = { "data.csv", "r\xc3\xa9sum\xc3\xa9.txt", "a b", "...", ".hidden",
+					   "\xe2\x80\xaetxt.exe" /* shown escaped, not refused */ };
+	static const char *const bad[] = { "", ".", "..", "a/b", "a\\b", "a\nb", "a\x7f",
+					   "\xc2\x85" /* U+0085 NEL */, "a\xc2\x9b" "31m" /* C1 CSI */,
+					   "\xff\xfe" /* not UTF-8 */, "\xc2" /* cut short */ };
+	char long_name[300];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (!wire_name_safe(ok[i], strlen(ok[i])))
+			fail_msg("refused: %s", ok[i]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (wire_name_safe(bad[i], strlen(bad[i])))
+			fail_msg("accepted bad name %zu", i);
+	memset(long_name, 'a', sizeof(long_name));
+	assert_true(wire_name_safe(long_name, 255));
+	assert_false(wire_name_safe(long_name, 256));
+	assert_true(wire_name_controls("x\xc2\x80", 3));
+	assert_false(wire_name_controls("x\xc3\x80", 3));
+}
+
 static void random_hex(void **state)
 {
 	char a[129], b[129];
@@ -169,6 +193,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(base64_round_trip),
 		cmocka_unit_test(base64_decode_skips),
+		cmocka_unit_test(name_rule),
 		cmocka_unit_test(random_hex),
 		cmocka_unit_test(mime_by_name),
 		cmocka_unit_test_setup_teardown(read_file, dir_setup, dir_teardown),
