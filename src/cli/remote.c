@@ -677,6 +677,8 @@ int cli_remote_run(const struct cli_remote *a)
 	body = remote_body(a, &ret);
 	if (!body)
 		goto out;
+	/* remote_body() said 0: every failure from here on is the run's (exit 5) */
+	ret = CLI_EXIT_FAILED;
 	remote_set_run_timeout(r, a->timeout_ms);
 	cc = remote_perform(r, "POST", "/v1/runs", body, strlen(body), &sink, 0, NULL, &status);
 	if (cc != CURLE_OK) {

@@ -56,6 +56,15 @@ class Fake:
                 if not more:
                     return
                 data += more
+            if self.mode in REPLIES:
+                body = json.dumps(REPLIES[self.mode]).encode() if not isinstance(REPLIES[self.mode], bytes) \
+                    else REPLIES[self.mode]
+                if data.startswith(b"GET"):
+                    c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                else:
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                              b"Connection: close\r\n\r\n%s" % (len(body), body))
+                return
             if self.mode == "silent":
                 time.sleep(3600)
             elif self.mode == "trickle":
@@ -74,6 +83,25 @@ class Fake:
             pass
         finally:
             c.close()
+
+
+def result(**kw):
+    doc = {"nbrun": "0.1.0", "run_id": "0123456789ab", "status": "ok", "message": None, "stdout": "1\n",
+           "stderr": "", "outputs": [], "results": [], "error": None, "images": [], "files": [], "skipped": []}
+    doc.update(kw)
+    return doc
+
+
+# What a hostile server answers a run with: each must end the client with exit 5 and its reason.
+REPLIES = {
+    "not_a_document": [1, 2, 3],
+    "not_json": b"<html>hello</html>",
+    "bad_run_id": result(run_id="../../etc"),
+    "no_status": {"run_id": "0123456789ab"},
+    "missing_file": result(files=[{"path": "files/out.csv", "bytes": 6, "url": "/v1/runs/0123456789ab/files/out.csv"}]),
+    "size_mismatch": result(files=[{"path": "files/out.csv", "bytes": 6, "content_base64": "YWJj"}]),
+    "escaping_name": result(files=[{"path": "files/../../escape.txt", "bytes": 3, "content_base64": "YWJj"}]),
+}
 
 
 def timed(argv):
@@ -105,6 +133,20 @@ def case_run_gives_up():
               "%s: exit %d, one line: %r" % (mode, p.returncode, p.stderr[-300:]))
         check(5 + MARGIN - 2 <= secs <= 5 + MARGIN + 20, "%s: gave up after %.1f s (5 s + %d s)" % (mode, secs, MARGIN))
     return "silent, trickling and endless-event servers: run --server --timeout 5s gave up after about 35 s, exit 4"
+
+
+def case_run_own_errors():
+    """run --server exits 5 with its reason when the reply is no result, or a file cannot be kept."""
+    for mode in sorted(REPLIES):
+        fake = Fake(mode)
+        tmp = tempfile.mkdtemp(prefix="nbrun-client-own-")
+        out = os.path.join(tmp, "o")
+        p, secs = timed([NBRUN, "run", "--server", "http://127.0.0.1:%d" % fake.port, "-o", out, "-c", "1"])
+        errs = [l for l in p.stderr.splitlines() if l.startswith("nbrun: error:")]
+        check(p.returncode == 5 and len(errs) >= 1, "%s: exit %d, %r" % (mode, p.returncode, p.stderr[-300:]))
+        check(not os.path.exists(os.path.join(tmp, "escape.txt")) and not os.path.exists("/etc/escape.txt"),
+              "%s: nothing written outside the output directory" % mode)
+    return "%d hostile replies (no document, not JSON, a bad run_id, no status, a missing file, a size that does not match, an escaping name): exit 5 with the reason" % len(REPLIES)
 
 
 def case_batch_goes_on():
