@@ -153,29 +153,16 @@ static int egress_proxy_state(struct nbrun__docker *d, const char *image)
 /* The threads of one process (a batch, a server) make the network and proxy one at a time. */
 static pthread_mutex_t egress_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int egress_proxy_ensure_locked(struct nbrun__docker *d, struct nbrun_ctx *ctx);
-
-int nbrun__egress_proxy_ensure(struct nbrun__docker *d, struct nbrun_ctx *ctx)
+/*
+ * The shared proxy running, of image, on its network (which the caller
+ * made): made when missing, made anew when dead or of another version.
+ * Under egress_lock. 0 or an error.
+ */
+static int egress_proxy_ensure(struct nbrun__docker *d, struct nbrun_ctx *ctx, const char *image)
 {
-	int rc;
-
-	pthread_mutex_lock(&egress_lock);
-	rc = egress_proxy_ensure_locked(d, ctx);
-	pthread_mutex_unlock(&egress_lock);
-	return rc;
-}
-
-static int egress_proxy_ensure_locked(struct nbrun__docker *d, struct nbrun_ctx *ctx)
-{
-	char image[128];
 	json_t *body;
 	int rc, state;
 
-	rc = egress_image(d, ctx, image, sizeof(image));
-	if (rc == 0)
-		rc = egress_network(d, ctx);
-	if (rc < 0)
-		return rc;
 	for (int attempt = 0; attempt < 3; attempt++) {
 		state = egress_proxy_state(d, image);
 		if (state < 0)
@@ -341,8 +328,11 @@ int nbrun__egress_setup(struct nbrun__egress *e, struct nbrun__docker *d, struct
 		rc = egress_status(ctx, nbrun__docker_json(d, "POST", path, NULL, NULL, EGRESS_TIMEOUT_MS),
 				   "cannot start the relay");
 	}
-	if (rc == 0)
-		rc = nbrun__egress_proxy_ensure(d, ctx);
+	if (rc == 0) {
+		pthread_mutex_lock(&egress_lock);
+		rc = egress_proxy_ensure(d, ctx, image);
+		pthread_mutex_unlock(&egress_lock);
+	}
 	/* The CA bundle, once the volume's tmpfs is mounted (before, it would be hidden under it). */
 	if (rc == 0 && spec->ca_certs)
 		rc = egress_put(d, ctx, e->relay, NBRUN_EGRESS_SOCKET_DIR, "ca.pem", spec->ca_certs,

@@ -30,8 +30,6 @@ struct nbrun__egress {
 	bool have_relay, have_volume, have_policy;
 };
 
-/* The shared proxy running (its network, then it, made when missing or dead). 0 or an error. */
-int nbrun__egress_proxy_ensure(struct nbrun__docker *d, struct nbrun_ctx *ctx);
 /*
  * The way out of sandbox id under spec's policy: the proxy, then the relay
  * (labelled with labels) and its volume, then the policy for the relay's

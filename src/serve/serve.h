@@ -47,7 +47,7 @@
 /* Duration histogram buckets in seconds (Prometheus "le"). */
 #define SERVE_BUCKETS 12
 /* The longest owner of a session (an MCP session id). */
-#define WIRE_OWNER_MAX 64
+#define SERVE_OWNER_MAX 64
 
 /*
  * The service's messages (log.c): one line each, without a newline. INFO

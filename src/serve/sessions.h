@@ -12,7 +12,7 @@ struct serve_session {
 	char id[WIRE_NODE_MAX + 1 + 16]; /* NODE~<the library's id> */
 	char dir_name[16];                /* the library's id: its directory */
 	int tenant;
-	char owner[WIRE_OWNER_MAX + 1]; /* the MCP session that opened it ("": the HTTP API's) */
+	char owner[SERVE_OWNER_MAX + 1]; /* the MCP session that opened it ("": the HTTP API's) */
 	struct nbrun_session *ns;
 	int dir_fd;                 /* STATE/sessions/<id>: one directory per execution */
 	char *dir;

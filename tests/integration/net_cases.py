@@ -61,20 +61,6 @@ def ca_bundle():
     fail("no CA bundle on the host")
 
 
-def engine_post(path):
-    """POST to the engine over its unix socket; the status."""
-    import http.client
-
-    class Conn(http.client.HTTPConnection):
-        def connect(self):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect("/var/run/docker.sock")
-
-    c = Conn("localhost")
-    c.request("POST", path)
-    return c.getresponse().status
-
-
 def relays():
     return leftovers(label="nbrun.egress=relay")
 
@@ -350,7 +336,7 @@ def case_proxy_dies():
         while not proxy_running() and time.time() < deadline:
             time.sleep(0.2)
         time.sleep(6)
-        engine_post("/containers/nbrun-egress-proxy/kill")
+        engine("/containers/nbrun-egress-proxy/kill", "POST")
 
     t = threading.Thread(target=killer)
     t.start()

@@ -61,8 +61,8 @@ def validate(doc):
     jsonschema.Draft202012Validator(schema).validate(doc)
 
 
-def engine(path):
-    """GET from the engine over its unix socket (no docker CLI needed)."""
+def engine(path, method="GET"):
+    """A request to the engine over its unix socket (no docker CLI needed): its JSON reply, or None."""
     import http.client
     import socket
 
@@ -72,9 +72,10 @@ def engine(path):
             self.sock.connect("/var/run/docker.sock")
 
     c = Conn("localhost")
-    c.request("GET", path)
+    c.request(method, path)
     r = c.getresponse()
-    return json.loads(r.read())
+    data = r.read()
+    return json.loads(data) if data.strip() else None
 
 
 def leftovers(run_id=None, label=None):
